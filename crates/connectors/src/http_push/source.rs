@@ -1,0 +1,126 @@
+//! The push source: a bounded channel of parsed bodies, each answered after its commit.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sluice_core::{Chunk, Position, Record, Result, Source, error::Error};
+use tokio::sync::{mpsc, oneshot};
+
+/// HTTP push settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpPushConfig {
+    /// Largest body accepted, after gzip decoding, in bytes; larger bodies get 413.
+    pub max_body_bytes: usize,
+    /// Bodies waiting to be written before pushes wait their turn.
+    pub queue: usize,
+}
+
+impl Default for HttpPushConfig {
+    fn default() -> Self {
+        Self { max_body_bytes: 16 << 20, queue: 1024 }
+    }
+}
+
+impl HttpPushConfig {
+    /// Check the values; pure.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_body_bytes == 0 || self.max_body_bytes > 1 << 30 {
+            return Err(Error::config("source.max_body_bytes", "must be between 1 and 1073741824"));
+        }
+        if self.queue == 0 {
+            return Err(Error::config("source.queue", "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// Why a push was not stored.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PushError {
+    /// The stream is stopping or restarting; nothing of this push was committed.
+    #[error("the stream is not running; nothing was stored, retry the push")]
+    Unavailable,
+    /// The write failed; nothing of this push was committed.
+    #[error("the write failed and nothing was stored: {0}")]
+    WriteFailed(String),
+}
+
+struct Push {
+    records: Vec<Record>,
+    bytes: usize,
+    arrived: Instant,
+    done: oneshot::Sender<Result<(), PushError>>,
+}
+
+/// The server's side: hands bodies to the stream and waits for them to be durable.
+#[derive(Debug, Clone)]
+pub struct PushHandle {
+    tx: mpsc::Sender<Push>,
+    /// The body limit for this stream.
+    pub max_body_bytes: usize,
+}
+
+impl PushHandle {
+    /// Queue `records` and wait until they are committed.
+    pub async fn push(&self, records: Vec<Record>, bytes: usize, arrived: Instant) -> Result<(), PushError> {
+        let (done, wait) = oneshot::channel();
+        self.tx
+            .send(Push { records, bytes, arrived, done })
+            .await
+            .map_err(|_| PushError::Unavailable)?;
+        wait.await.map_err(|_| PushError::Unavailable)?
+    }
+}
+
+/// The stream's side of the channel.
+pub struct HttpPushSource {
+    rx: mpsc::Receiver<Push>,
+    next_id: u64,
+    pending: VecDeque<(u64, oneshot::Sender<Result<(), PushError>>)>,
+}
+
+/// A connected source and handle.
+pub fn channel(config: &HttpPushConfig) -> (HttpPushSource, PushHandle) {
+    let (tx, rx) = mpsc::channel(config.queue);
+    (
+        HttpPushSource { rx, next_id: 0, pending: VecDeque::new() },
+        PushHandle { tx, max_body_bytes: config.max_body_bytes },
+    )
+}
+
+#[async_trait]
+impl Source for HttpPushSource {
+    async fn next(&mut self) -> Result<Option<Chunk>> {
+        // mpsc::Receiver::recv is cancel-safe: a dropped call loses nothing.
+        let Some(push) = self.rx.recv().await else { return Ok(None) };
+        self.next_id += 1;
+        self.pending.push_back((self.next_id, push.done));
+        Ok(Some(Chunk {
+            records: push.records,
+            bytes: push.bytes,
+            // A push's position only orders its answer; the stream's sequence is what is stored.
+            position: Position(self.next_id.into()),
+            arrived: push.arrived,
+        }))
+    }
+
+    async fn commit(&mut self, position: &Position) -> Result<()> {
+        let upto = position.0.as_u64().unwrap_or(0);
+        while self.pending.front().is_some_and(|(id, _)| *id <= upto) {
+            if let Some((_, done)) = self.pending.pop_front() {
+                // The client may have gone; its events are stored all the same.
+                let _ = done.send(Ok(()));
+            }
+        }
+        Ok(())
+    }
+
+    async fn abort(&mut self, error: &Error) {
+        for (_, done) in self.pending.drain(..) {
+            let _ = done.send(Err(PushError::WriteFailed(error.to_string())));
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! Every Source and Sink, one folder per technology, registered by one serde enum and one match.
+
+pub mod http_push;
+mod stream;
+pub mod workspace;
+
+pub use stream::{SourceConfig, SourceHandle, StreamConfig, build_source};

@@ -1,0 +1,113 @@
+//! The embedded DuckDB workspace: the default sink, the state store, the rejects ledger and the
+//! stream registry, all in one database file.
+
+mod query;
+mod sink;
+mod state;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use duckdb::{AccessMode, Config, Connection};
+use sluice_core::{Error, ErrorKind, Result};
+
+pub use query::{QueryResult, check_read_only, query_connection};
+pub use state::StoredStream;
+
+/// Internal tables live in this schema; user tables in `main`.
+pub const SCHEMA: &str = "sluice";
+
+const BOOTSTRAP: &str = r#"
+CREATE SCHEMA IF NOT EXISTS sluice;
+CREATE TABLE IF NOT EXISTS sluice.streams (
+    name VARCHAR NOT NULL, config JSON NOT NULL, key_hash VARCHAR NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL);
+CREATE TABLE IF NOT EXISTS sluice.checkpoints (
+    stream VARCHAR NOT NULL, position JSON, sequence BIGINT NOT NULL, totals JSON NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL);
+CREATE TABLE IF NOT EXISTS sluice.rejects (
+    stream VARCHAR NOT NULL, "table" VARCHAR NOT NULL, "column" VARCHAR, expected_type VARCHAR,
+    value VARCHAR, position BIGINT, reason VARCHAR NOT NULL, source JSON,
+    received_at TIMESTAMPTZ, recorded_at TIMESTAMPTZ NOT NULL);
+"#;
+
+/// An open workspace. Cheap to clone; all clones share one database.
+#[derive(Clone)]
+pub struct Workspace {
+    path: PathBuf,
+    // DuckDB connections are Send but not Sync: this one is only cloned from, under the lock.
+    base: Arc<Mutex<Connection>>,
+    writer: sink::Writer,
+}
+
+impl Workspace {
+    /// Open (or create) the workspace in `dir`, as `dir/workspace.duckdb`.
+    pub fn open(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Error::new(ErrorKind::Config, format!("cannot create data dir {}", dir.display())).with_source(e)
+        })?;
+        let path = dir.join("workspace.duckdb");
+        let conn = Connection::open(&path).map_err(|e| open_error(&path, e))?;
+        conn.execute_batch(BOOTSTRAP).map_err(db_error)?;
+        let writer = sink::Writer::start(conn.try_clone().map_err(db_error)?)?;
+        Ok(Self { path, base: Arc::new(Mutex::new(conn)), writer })
+    }
+
+    /// Open an existing workspace read-only (the CLI, when no server runs).
+    pub fn open_read_only(dir: &Path) -> Result<Connection> {
+        let path = dir.join("workspace.duckdb");
+        if !path.exists() {
+            return Err(Error::new(ErrorKind::Config, format!("no workspace at {}", path.display())));
+        }
+        let config = Config::default().access_mode(AccessMode::ReadOnly).map_err(db_error)?;
+        Connection::open_with_flags(&path, config).map_err(|e| open_error(&path, e))
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A new connection to the same database, for one blocking job.
+    pub fn connection(&self) -> Result<Connection> {
+        let base = self.base.lock().map_err(|_| Error::new(ErrorKind::Fatal, "workspace lock poisoned"))?;
+        base.try_clone().map_err(db_error)
+    }
+
+    /// Run a blocking job on its own connection, off the async threads.
+    pub async fn with_connection<T, F>(&self, job: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let conn = self.connection()?;
+        tokio::task::spawn_blocking(move || job(&conn))
+            .await
+            .map_err(|e| Error::new(ErrorKind::Fatal, "workspace job panicked").with_source(e))?
+    }
+}
+
+/// Quote an identifier for SQL: always, whatever its characters.
+pub fn quote(ident: &str) -> String {
+    format!("\"{}\"", ident.replace('"', "\"\""))
+}
+
+fn open_error(path: &Path, e: duckdb::Error) -> Error {
+    let text = e.to_string();
+    if text.contains("lock") {
+        Error::new(
+            ErrorKind::Config,
+            format!("workspace {} is in use by another process (is `sluice serve` running?)", path.display()),
+        )
+        .with_source(e)
+    } else {
+        Error::new(ErrorKind::Config, format!("cannot open workspace {}", path.display())).with_source(e)
+    }
+}
+
+/// Map a DuckDB error to a kind: write conflicts may pass on retry, the rest stops.
+pub(crate) fn db_error(e: duckdb::Error) -> Error {
+    let text = e.to_string();
+    let kind = if text.contains("Conflict") || text.contains("conflict") { ErrorKind::Transient } else { ErrorKind::Fatal };
+    Error::new(kind, "workspace error").with_source(e)
+}

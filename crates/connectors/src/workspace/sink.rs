@@ -1,0 +1,111 @@
+//! The workspace sink: one writer thread applies each write unit in one DuckDB transaction:
+//! schema changes, rows (through the Arrow appender), rejects and the stream's checkpoint.
+
+use std::sync::mpsc as std_mpsc;
+
+use async_trait::async_trait;
+use duckdb::{Connection, params};
+use sluice_core::schema::SchemaChange;
+use sluice_core::{Error, ErrorKind, Result, Sink, WriteUnit};
+use tokio::sync::oneshot;
+
+use super::{Workspace, db_error, quote};
+
+type Job = (WriteUnit, oneshot::Sender<Result<()>>);
+
+/// The writer thread's mailbox.
+#[derive(Clone)]
+pub(crate) struct Writer {
+    tx: std_mpsc::SyncSender<Job>,
+}
+
+impl Writer {
+    pub(crate) fn start(conn: Connection) -> Result<Self> {
+        let (tx, rx) = std_mpsc::sync_channel::<Job>(64);
+        std::thread::Builder::new()
+            .name("workspace-writer".into())
+            .spawn(move || {
+                while let Ok((unit, reply)) = rx.recv() {
+                    let _ = reply.send(apply(&conn, &unit));
+                }
+            })
+            .map_err(|e| Error::new(ErrorKind::Fatal, "cannot start the workspace writer").with_source(e))?;
+        Ok(Self { tx })
+    }
+}
+
+#[async_trait]
+impl Sink for Workspace {
+    async fn write(&self, unit: &WriteUnit) -> Result<()> {
+        let (reply, done) = oneshot::channel();
+        let tx = self.writer.tx.clone();
+        let unit = unit.clone();
+        tokio::task::spawn_blocking(move || tx.send((unit, reply)))
+            .await
+            .map_err(|e| Error::new(ErrorKind::Fatal, "workspace writer gone").with_source(e))?
+            .map_err(|_| Error::new(ErrorKind::Fatal, "workspace writer stopped"))?;
+        done.await.map_err(|_| Error::new(ErrorKind::Fatal, "workspace writer stopped"))?
+    }
+}
+
+fn apply(conn: &Connection, unit: &WriteUnit) -> Result<()> {
+    conn.execute_batch("BEGIN TRANSACTION").map_err(db_error)?;
+    match apply_in_transaction(conn, unit) {
+        Ok(()) => conn.execute_batch("COMMIT").map_err(db_error),
+        Err(e) => {
+            if let Err(rollback) = conn.execute_batch("ROLLBACK") {
+                tracing::error!(error = %rollback, "Rollback failed.");
+            }
+            Err(e)
+        }
+    }
+}
+
+fn apply_in_transaction(conn: &Connection, unit: &WriteUnit) -> Result<()> {
+    for write in &unit.tables {
+        let table = quote(&write.table);
+        for change in &write.changes {
+            let sql = match change {
+                SchemaChange::Create(columns) => {
+                    let cols: Vec<String> =
+                        columns.iter().map(|c| format!("{} {}", quote(&c.name), c.ty.sql())).collect();
+                    format!("CREATE TABLE IF NOT EXISTS main.{table} ({})", cols.join(", "))
+                }
+                SchemaChange::Add(c) => {
+                    format!("ALTER TABLE main.{table} ADD COLUMN IF NOT EXISTS {} {}", quote(&c.name), c.ty.sql())
+                }
+                SchemaChange::Widen(c) => {
+                    format!("ALTER TABLE main.{table} ALTER COLUMN {} SET DATA TYPE {}", quote(&c.name), c.ty.sql())
+                }
+            };
+            conn.execute_batch(&sql).map_err(db_error)?;
+        }
+        let schema = write.data.schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        let mut appender = conn.appender_with_columns_to_db(&write.table, "main", &names).map_err(db_error)?;
+        appender.append_record_batch(write.data.clone()).map_err(db_error)?;
+        appender.flush().map_err(db_error)?;
+    }
+    if !unit.rejects.is_empty() {
+        let mut appender = conn.appender_to_db("rejects", super::SCHEMA).map_err(db_error)?;
+        let now = chrono::Utc::now().timestamp_micros();
+        for r in &unit.rejects {
+            appender
+                .append_row(params![
+                    unit.stream,
+                    r.table,
+                    r.column,
+                    r.expected.map(|t| t.sql()),
+                    r.value,
+                    r.sequence,
+                    r.reason,
+                    r.source.as_ref().map(|s| s.to_string()),
+                    duckdb::types::Value::Timestamp(duckdb::types::TimeUnit::Microsecond, r.received_us),
+                    duckdb::types::Value::Timestamp(duckdb::types::TimeUnit::Microsecond, now),
+                ])
+                .map_err(db_error)?;
+        }
+        appender.flush().map_err(db_error)?;
+    }
+    super::state::save_checkpoint(conn, &unit.stream, &unit.checkpoint)
+}

@@ -1,0 +1,160 @@
+//! The state store: checkpoints, table schemas and the stream registry.
+
+use async_trait::async_trait;
+use duckdb::{Connection, OptionalExt, params};
+use sluice_core::schema::Column;
+use sluice_core::{Checkpoint, ColumnType, Error, ErrorKind, Position, Result, StateStore, TableSchema, Totals};
+
+use super::{Workspace, db_error, quote};
+
+/// A stream as stored: its config (JSON, without secrets) and the hash of its push key.
+#[derive(Debug, Clone)]
+pub struct StoredStream {
+    /// Name.
+    pub name: String,
+    /// The config, serialized (secrets are never serialized).
+    pub config: serde_json::Value,
+    /// SHA-256 of the push key, hex.
+    pub key_hash: String,
+}
+
+pub(crate) fn save_checkpoint(conn: &Connection, stream: &str, cp: &Checkpoint) -> Result<()> {
+    let position = cp.position.0.to_string();
+    let totals = serde_json::to_string(&cp.totals).map_err(json_error)?;
+    let updated = conn
+        .execute(
+            "UPDATE sluice.checkpoints SET position = ?, sequence = ?, totals = ?, updated_at = now() WHERE stream = ?",
+            params![position, cp.sequence, totals, stream],
+        )
+        .map_err(db_error)?;
+    if updated == 0 {
+        conn.execute(
+            "INSERT INTO sluice.checkpoints VALUES (?, ?, ?, ?, now())",
+            params![stream, position, cp.sequence, totals],
+        )
+        .map_err(db_error)?;
+    }
+    Ok(())
+}
+
+fn load_checkpoint(conn: &Connection, stream: &str) -> Result<Option<Checkpoint>> {
+    let row: Option<(Option<String>, i64, String)> = conn
+        .query_row(
+            "SELECT position::VARCHAR, sequence, totals::VARCHAR FROM sluice.checkpoints WHERE stream = ?",
+            params![stream],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()
+        .map_err(db_error)?;
+    let Some((position, sequence, totals)) = row else { return Ok(None) };
+    let position = match position {
+        Some(p) => serde_json::from_str(&p).map_err(json_error)?,
+        None => serde_json::Value::Null,
+    };
+    let totals: Totals = serde_json::from_str(&totals).map_err(json_error)?;
+    Ok(Some(Checkpoint { position: Position(position), sequence, totals }))
+}
+
+fn load_table_schema(conn: &Connection, table: &str) -> Result<Option<TableSchema>> {
+    let mut stmt = conn
+        .prepare(
+            "SELECT column_name, data_type FROM information_schema.columns \
+             WHERE table_schema = 'main' AND table_name = ? ORDER BY ordinal_position",
+        )
+        .map_err(db_error)?;
+    let columns: Vec<Column> = stmt
+        .query_map(params![table], |r| {
+            let name: String = r.get(0)?;
+            let ty: String = r.get(1)?;
+            Ok(Column { name, ty: ColumnType::from_sql(&ty).unwrap_or(ColumnType::Varchar) })
+        })
+        .map_err(db_error)?
+        .collect::<Result<_, _>>()
+        .map_err(db_error)?;
+    Ok((!columns.is_empty()).then(|| TableSchema::existing(columns)))
+}
+
+#[async_trait]
+impl StateStore for Workspace {
+    async fn checkpoint(&self, stream: &str) -> Result<Option<Checkpoint>> {
+        let stream = stream.to_string();
+        self.with_connection(move |c| load_checkpoint(c, &stream)).await
+    }
+
+    async fn table_schema(&self, table: &str) -> Result<Option<TableSchema>> {
+        let table = table.to_string();
+        self.with_connection(move |c| load_table_schema(c, &table)).await
+    }
+}
+
+impl Workspace {
+    /// Every stored stream, by name.
+    pub async fn streams(&self) -> Result<Vec<StoredStream>> {
+        self.with_connection(|c| {
+            let mut stmt = c
+                .prepare("SELECT name, config::VARCHAR, key_hash FROM sluice.streams ORDER BY name")
+                .map_err(db_error)?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+                .map_err(db_error)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (name, config, key_hash) = row.map_err(db_error)?;
+                let config = serde_json::from_str(&config).map_err(json_error)?;
+                out.push(StoredStream { name, config, key_hash });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Insert or replace a stream's stored config and key hash.
+    pub async fn save_stream(&self, stream: StoredStream) -> Result<()> {
+        self.with_connection(move |c| {
+            let config = stream.config.to_string();
+            let updated = c
+                .execute(
+                    "UPDATE sluice.streams SET config = ?, key_hash = ?, updated_at = now() WHERE name = ?",
+                    params![config, stream.key_hash, stream.name],
+                )
+                .map_err(db_error)?;
+            if updated == 0 {
+                c.execute(
+                    "INSERT INTO sluice.streams VALUES (?, ?, ?, now(), now())",
+                    params![stream.name, config, stream.key_hash],
+                )
+                .map_err(db_error)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Remove a stream, its checkpoint, and (when asked) its table.
+    pub async fn delete_stream(&self, name: &str, drop_table: Option<String>) -> Result<()> {
+        let name = name.to_string();
+        self.with_connection(move |c| {
+            c.execute_batch("BEGIN TRANSACTION").map_err(db_error)?;
+            let result = (|| {
+                c.execute("DELETE FROM sluice.streams WHERE name = ?", params![name]).map_err(db_error)?;
+                c.execute("DELETE FROM sluice.checkpoints WHERE stream = ?", params![name]).map_err(db_error)?;
+                if let Some(table) = &drop_table {
+                    c.execute_batch(&format!("DROP TABLE IF EXISTS main.{}", quote(table))).map_err(db_error)?;
+                }
+                Ok(())
+            })();
+            match result {
+                Ok(()) => c.execute_batch("COMMIT").map_err(db_error),
+                Err(e) => {
+                    let _ = c.execute_batch("ROLLBACK");
+                    Err(e)
+                }
+            }
+        })
+        .await
+    }
+}
+
+fn json_error(e: serde_json::Error) -> Error {
+    Error::new(ErrorKind::Fatal, "stored JSON is unreadable").with_source(e)
+}

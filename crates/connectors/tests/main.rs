@@ -1,0 +1,3 @@
+//! Connector tests against real services; the workspace is a real DuckDB file.
+
+mod workspace;

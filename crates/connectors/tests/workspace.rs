@@ -1,0 +1,71 @@
+//! The workspace sink and state store on a real DuckDB file.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use serde_json::json;
+use sluice_connectors::workspace::Workspace;
+use sluice_core::{
+    Checkpoint, Decoder, MetadataConfig, Payload, Position, Record, RecordMeta, Sink, StateStore, WriteUnit,
+};
+
+fn records(values: Vec<serde_json::Value>) -> Vec<Record> {
+    values
+        .into_iter()
+        .map(|v| Record { payload: Payload::Json(v), meta: RecordMeta { received_us: 1_700_000_000_000_000, ..Default::default() } })
+        .collect()
+}
+
+async fn write(ws: &Workspace, decoder: &mut Decoder, cp: &mut Checkpoint, values: Vec<serde_json::Value>) {
+    let (decoded, pending) = decoder.decode(records(values), cp.sequence + 1).unwrap();
+    let next = Checkpoint { position: Position(json!(decoded.last_sequence)), sequence: decoded.last_sequence, totals: Default::default() };
+    let unit = WriteUnit { stream: "s".into(), tables: decoded.tables, rejects: decoded.rejects, checkpoint: next.clone() };
+    ws.write(&unit).await.unwrap();
+    decoder.commit(pending);
+    *cp = next;
+}
+
+#[tokio::test]
+async fn evolves_and_reads_back() {
+    let dir = std::env::temp_dir().join(format!("sluice-ws-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let ws = Workspace::open(&dir).unwrap();
+    let meta = MetadataConfig { received_at: true, position: true, ..Default::default() };
+    let mut decoder = Decoder::new("t".into(), meta, HashMap::new());
+    let mut cp = Checkpoint::default();
+    let started = Instant::now();
+    write(&ws, &mut decoder, &mut cp, vec![
+        json!({"id": 1, "at": "2024-01-01T00:00:00+02:00", "tags": ["a"], "user": {"name": "x", "geo": {"lat": 1.5}}}),
+        json!({"id": 2, "day": "2024-02-03", "ok": true}),
+    ]).await;
+    write(&ws, &mut decoder, &mut cp, vec![json!({"id": 2.5, "new": "col", "ok": "nope"})]).await;
+    assert!(started.elapsed().as_secs() < 60);
+
+    let schema = ws.table_schema("t").await.unwrap().unwrap();
+    let cols: Vec<(String, String)> = schema.columns().iter().map(|c| (c.name.clone(), c.ty.sql().to_string())).collect();
+    assert!(cols.contains(&("id".into(), "DOUBLE".into())), "{cols:?}");
+    assert!(cols.contains(&("tags".into(), "JSON".into())), "{cols:?}");
+    assert!(cols.contains(&("user__geo__lat".into(), "DOUBLE".into())), "{cols:?}");
+    assert!(cols.contains(&("at".into(), "TIMESTAMPTZ".into())), "{cols:?}");
+    assert!(cols.contains(&("day".into(), "DATE".into())), "{cols:?}");
+
+    let r = ws.query(r#"SELECT id, tags->>0 AS tag, epoch("at")::BIGINT AS "at", ok, new, _position FROM t ORDER BY _position"#.into(), 100).await.unwrap();
+    assert_eq!(r.rows.len(), 3);
+    assert_eq!(r.rows[0]["tag"], json!("a"));
+    assert_eq!(r.rows[0]["at"], json!(1704060000));
+    assert_eq!(r.rows[2]["id"], json!(2.5));
+    assert_eq!(r.rows[2].get("ok"), None, "misfit is NULL: {:?}", r.rows[2]);
+    let rejects = ws.query("SELECT \"column\", expected_type, value, position FROM sluice.rejects".into(), 10).await.unwrap();
+    assert_eq!(rejects.rows.len(), 1);
+    assert_eq!(rejects.rows[0]["column"], json!("ok"));
+    assert_eq!(rejects.rows[0]["expected_type"], json!("BOOLEAN"));
+    assert_eq!(rejects.rows[0]["value"], json!("\"nope\""));
+    assert_eq!(rejects.rows[0]["position"], json!(3));
+    let stored = ws.checkpoint("s").await.unwrap().unwrap();
+    assert_eq!(stored.sequence, 3);
+
+    for bad in ["DELETE FROM t", "SELECT 1; SELECT 2", "CREATE TABLE x AS SELECT 1", "PRAGMA version", "ATTACH 'x.db'"] {
+        assert!(ws.query(bad.into(), 10).await.is_err(), "{bad} must be refused");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

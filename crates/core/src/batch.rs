@@ -1,0 +1,149 @@
+//! What moves between the decoder and the sinks: Arrow micro-batches with a table name,
+//! the schema changes they need, and the source position they bring the stream to.
+
+use std::time::Instant;
+
+use arrow::record_batch::RecordBatch;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::schema::{ColumnType, SchemaChange};
+
+/// A resumable place in a source (Kafka offsets, shard sequence numbers, an LSN).
+/// Opaque to the core; each source reads and writes its own shape.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Position(pub Value);
+
+/// Where a stream stands, stored in the same transaction as its rows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The source's own position.
+    pub position: Position,
+    /// The stream's own sequence: the `_position` of the last row written. Monotonic per stream.
+    pub sequence: i64,
+    /// Running totals, kept with the position so a restart keeps them.
+    pub totals: Totals,
+}
+
+/// Counters that survive restarts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Events received (accepted and rejected).
+    pub events_in: u64,
+    /// Rows written to tables.
+    pub rows_written: u64,
+    /// Rows added to the rejects ledger (whole events and misfit values).
+    pub rejects: u64,
+    /// Payload bytes received.
+    pub bytes_in: u64,
+    /// Batches committed.
+    pub batches: u64,
+    /// Receive time of the newest committed event, as microseconds since the epoch.
+    pub last_event_us: Option<i64>,
+}
+
+/// One table's share of a write: the DDL it needs first, then its rows.
+#[derive(Debug, Clone)]
+pub struct TableWrite {
+    /// Destination table.
+    pub table: String,
+    /// Create, add or widen, applied in order before the rows.
+    pub changes: Vec<SchemaChange>,
+    /// The rows; column names are table column names.
+    pub data: RecordBatch,
+}
+
+/// A row of the rejects ledger: a value or an event that could not be stored as is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reject {
+    /// Destination table.
+    pub table: String,
+    /// The column, or `None` when the whole event was rejected.
+    pub column: Option<String>,
+    /// The column's type, when a value did not fit it.
+    pub expected: Option<ColumnType>,
+    /// The original value or raw event text.
+    pub value: String,
+    /// The stream sequence of the event.
+    pub sequence: i64,
+    /// Why.
+    pub reason: String,
+    /// When it was received, microseconds since the epoch.
+    pub received_us: i64,
+    /// Source coordinates, e.g. `{"topic": "t", "partition": 0, "offset": 42}`.
+    pub source: Option<Value>,
+}
+
+/// Everything one commit makes durable, atomically: rows, rejects, position and totals.
+#[derive(Debug, Clone)]
+pub struct WriteUnit {
+    /// The stream that writes.
+    pub stream: String,
+    /// Rows per table.
+    pub tables: Vec<TableWrite>,
+    /// Ledger rows.
+    pub rejects: Vec<Reject>,
+    /// The checkpoint reached once this unit is durable.
+    pub checkpoint: Checkpoint,
+}
+
+/// A record as a source hands it over: a payload and what the source knows about it.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// The payload.
+    pub payload: Payload,
+    /// Source metadata.
+    pub meta: RecordMeta,
+}
+
+/// A payload: raw bytes to decode, or JSON that the edge already parsed (HTTP push parses to
+/// answer 400 synchronously), or an input the edge already found bad.
+#[derive(Debug, Clone)]
+pub enum Payload {
+    /// Raw bytes; the decoder parses them.
+    Bytes(bytes::Bytes),
+    /// A parsed JSON value.
+    Json(Value),
+    /// Input that is not a JSON object; it goes to the ledger with its reason.
+    Invalid {
+        /// The raw text.
+        raw: String,
+        /// Why it was refused.
+        reason: String,
+    },
+}
+
+/// Metadata a source may know about a record.
+#[derive(Debug, Clone, Default)]
+pub struct RecordMeta {
+    /// Wall-clock receive time, microseconds since the epoch.
+    pub received_us: i64,
+    /// Message key.
+    pub key: Option<String>,
+    /// Partition or shard.
+    pub partition: Option<String>,
+    /// Offset or sequence number within the partition.
+    pub offset: Option<i64>,
+    /// Event time set by the producer, microseconds since the epoch.
+    pub event_time_us: Option<i64>,
+    /// Route key for destination templates (topic, source table).
+    pub route: Option<String>,
+}
+
+/// What a source hands the run loop.
+#[derive(Debug)]
+pub struct Chunk {
+    /// Records in source order.
+    pub records: Vec<Record>,
+    /// Payload bytes, for metrics and the flush-by-bytes rule.
+    pub bytes: usize,
+    /// The source position once these records are durable.
+    pub position: Position,
+    /// When the chunk arrived, for receive-to-commit latency.
+    pub arrived: Instant,
+}
+
+/// Microseconds since the Unix epoch, now.
+pub fn now_us() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}

@@ -1,0 +1,104 @@
+//! One column's values while a batch is being built.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, BooleanBuilder, Date32Builder, Float64Builder, Int64Builder, StringBuilder,
+    TimestampMicrosecondBuilder,
+};
+
+use crate::schema::{ColumnType, Fit};
+
+/// An Arrow builder for one column type.
+pub(crate) enum ColumnBuilder {
+    Bool(BooleanBuilder),
+    Int(Int64Builder),
+    Float(Float64Builder),
+    Text(StringBuilder),
+    Micros(TimestampMicrosecondBuilder),
+    Days(Date32Builder),
+}
+
+impl ColumnBuilder {
+    pub(crate) fn new(ty: ColumnType) -> Self {
+        match ty {
+            ColumnType::Boolean => Self::Bool(BooleanBuilder::new()),
+            ColumnType::Bigint => Self::Int(Int64Builder::new()),
+            ColumnType::Double => Self::Float(Float64Builder::new()),
+            ColumnType::Varchar | ColumnType::Json => Self::Text(StringBuilder::new()),
+            ColumnType::Timestamptz => Self::Micros(TimestampMicrosecondBuilder::new().with_timezone("UTC")),
+            ColumnType::Date => Self::Days(Date32Builder::new()),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        use arrow::array::ArrayBuilder;
+        match self {
+            Self::Bool(b) => b.len(),
+            Self::Int(b) => b.len(),
+            Self::Float(b) => b.len(),
+            Self::Text(b) => b.len(),
+            Self::Micros(b) => b.len(),
+            Self::Days(b) => b.len(),
+        }
+    }
+
+    /// Append nulls until the column has `rows` values.
+    pub(crate) fn pad(&mut self, rows: usize) {
+        let missing = rows.saturating_sub(self.len());
+        if missing == 0 {
+            return;
+        }
+        match self {
+            Self::Bool(b) => b.append_nulls(missing),
+            Self::Int(b) => b.append_nulls(missing),
+            Self::Float(b) => b.append_nulls(missing),
+            Self::Text(b) => b.append_nulls(missing),
+            Self::Micros(b) => b.append_nulls(missing),
+            Self::Days(b) => b.append_nulls(missing),
+        }
+    }
+
+    /// Append a value that [`crate::schema::fit`] found fitting this column's type. A value of
+    /// another shape becomes NULL; the decoder never produces one.
+    pub(crate) fn push(&mut self, value: Fit) {
+        match (self, value) {
+            (Self::Bool(b), Fit::Bool(v)) => b.append_value(v),
+            (Self::Int(b), Fit::Int(v)) => b.append_value(v),
+            (Self::Float(b), Fit::Float(v)) => b.append_value(v),
+            (Self::Float(b), Fit::Int(v)) => b.append_value(v as f64),
+            (Self::Text(b), Fit::Text(v)) => b.append_value(v),
+            (Self::Micros(b), Fit::Micros(v)) => b.append_value(v),
+            (Self::Days(b), Fit::Days(v)) => b.append_value(v),
+            (Self::Bool(b), _) => b.append_null(),
+            (Self::Int(b), _) => b.append_null(),
+            (Self::Float(b), _) => b.append_null(),
+            (Self::Text(b), _) => b.append_null(),
+            (Self::Micros(b), _) => b.append_null(),
+            (Self::Days(b), _) => b.append_null(),
+        }
+    }
+
+    /// Turn an integer column into a float column, keeping its values.
+    pub(crate) fn widen_to_double(&mut self) {
+        if let Self::Int(b) = self {
+            let ints = b.finish();
+            let mut floats = Float64Builder::with_capacity(ints.len());
+            for v in ints.iter() {
+                floats.append_option(v.map(|i| i as f64));
+            }
+            *self = Self::Float(floats);
+        }
+    }
+
+    pub(crate) fn finish(mut self) -> ArrayRef {
+        match &mut self {
+            Self::Bool(b) => Arc::new(b.finish()),
+            Self::Int(b) => Arc::new(b.finish()),
+            Self::Float(b) => Arc::new(b.finish()),
+            Self::Text(b) => Arc::new(b.finish()),
+            Self::Micros(b) => Arc::new(b.finish()),
+            Self::Days(b) => Arc::new(b.finish()),
+        }
+    }
+}

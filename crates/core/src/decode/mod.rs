@@ -1,0 +1,415 @@
+//! The one decoder: records in, typed Arrow batches per table out, with schema changes and
+//! rejects. Every source's payloads pass through here.
+//!
+//! Flattening convention: a nested object's fields become columns named `parent__child`
+//! (two underscores), down to [`MAX_DEPTH`] levels; arrays, and objects below that depth, are
+//! kept as JSON text in a `JSON` column.
+
+mod column;
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::batch::{Payload, Record, RecordMeta, Reject, TableWrite};
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::json::decode_bytes;
+use crate::schema::{Column, ColumnType, Fit, SchemaChange, TableSchema, fit, kind_of};
+use column::ColumnBuilder;
+
+/// Object nesting flattened into columns; deeper objects are kept as JSON.
+pub const MAX_DEPTH: usize = 4;
+/// Separator between a parent and a child field in a flattened column name.
+pub const SEPARATOR: &str = "__";
+
+/// Optional metadata columns, per stream.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetadataConfig {
+    /// `_received_at` TIMESTAMPTZ: when Sluice received the event.
+    pub received_at: bool,
+    /// `_position` BIGINT: the stream's monotonically increasing sequence.
+    pub position: bool,
+    /// `_key` VARCHAR: the message key, for sources that have one.
+    pub key: bool,
+    /// `_partition` VARCHAR: partition or shard, for sources that have one.
+    pub partition: bool,
+    /// `_offset` BIGINT: offset within the partition, for sources that have one.
+    pub offset: bool,
+    /// `_event_time` TIMESTAMPTZ: the producer's timestamp, for sources that have one.
+    pub event_time: bool,
+}
+
+/// What one decode produced.
+#[derive(Debug, Default)]
+pub struct Decoded {
+    /// Rows per table.
+    pub tables: Vec<TableWrite>,
+    /// Ledger rows.
+    pub rejects: Vec<Reject>,
+    /// Events seen (rows plus whole-event rejects).
+    pub events: u64,
+    /// Rows produced.
+    pub rows: u64,
+    /// The sequence of the last event.
+    pub last_sequence: i64,
+}
+
+/// Turns records into batches, holding each destination table's schema between calls.
+#[derive(Debug)]
+pub struct Decoder {
+    table: String,
+    metadata: MetadataConfig,
+    schemas: HashMap<String, TableSchema>,
+}
+
+impl Decoder {
+    /// A decoder for `table` (a name, or a template where `*` is the record's route), starting
+    /// from the schemas the destination already has.
+    pub fn new(table: String, metadata: MetadataConfig, schemas: HashMap<String, TableSchema>) -> Self {
+        Self { table, metadata, schemas }
+    }
+
+    /// The table a record goes to.
+    pub fn table_for(&self, meta: &RecordMeta) -> String {
+        match &meta.route {
+            Some(route) if self.table.contains('*') => self.table.replace('*', route),
+            _ => self.table.clone(),
+        }
+    }
+
+    /// Decode `records`; the first event gets sequence `next_sequence`.
+    ///
+    /// The schemas held here move forward only when the caller reports the write durable with
+    /// [`Decoder::commit`]; until then a retry decodes against the same schemas.
+    pub fn decode(&self, records: Vec<Record>, next_sequence: i64) -> Result<(Decoded, Pending)> {
+        let mut out = Decoded { last_sequence: next_sequence - 1, ..Decoded::default() };
+        let mut builders: HashMap<String, TableBuilder> = HashMap::new();
+        let mut order: Vec<String> = Vec::new();
+        for record in records {
+            let table = self.table_for(&record.meta);
+            let payloads = match record.payload {
+                Payload::Bytes(raw) => decode_bytes(&raw),
+                other => vec![other],
+            };
+            for payload in payloads {
+                out.events += 1;
+                out.last_sequence += 1;
+                let seq = out.last_sequence;
+                let builder = match builders.get_mut(&table) {
+                    Some(b) => b,
+                    None => {
+                        order.push(table.clone());
+                        let schema = self.schemas.get(&table).cloned().unwrap_or_default();
+                        builders.entry(table.clone()).or_insert_with(|| TableBuilder::new(schema))
+                    }
+                };
+                match payload {
+                    Payload::Json(Value::Object(map)) => {
+                        builder.push_event(&table, &self.metadata, &record.meta, &map, seq, &mut out.rejects);
+                    }
+                    Payload::Invalid { raw, reason } => {
+                        out.rejects.push(whole_reject(&table, raw, reason, seq, &record.meta));
+                    }
+                    Payload::Json(other) => out.rejects.push(whole_reject(
+                        &table,
+                        other.to_string(),
+                        "expected a JSON object".into(),
+                        seq,
+                        &record.meta,
+                    )),
+                    Payload::Bytes(_) => return Err(Error::new(ErrorKind::Fatal, "nested raw payload")),
+                }
+            }
+        }
+        let mut pending = Pending::default();
+        for table in order {
+            let Some(builder) = builders.remove(&table) else { continue };
+            let (write, schema, empty) = builder.finish(&table)?;
+            out.rejects.extend(empty);
+            pending.schemas.push((table, schema));
+            if let Some(write) = write {
+                out.rows += write.data.num_rows() as u64;
+                out.tables.push(write);
+            }
+        }
+        Ok((out, pending))
+    }
+
+    /// The write that produced `pending` is durable: its schemas are now the tables' schemas.
+    pub fn commit(&mut self, pending: Pending) {
+        for (table, schema) in pending.schemas {
+            self.schemas.insert(table, schema);
+        }
+    }
+}
+
+/// Schemas a decode moved to, applied by [`Decoder::commit`] once the write is durable.
+#[derive(Debug, Default)]
+pub struct Pending {
+    schemas: Vec<(String, TableSchema)>,
+}
+
+fn whole_reject(table: &str, value: String, reason: String, sequence: i64, meta: &RecordMeta) -> Reject {
+    Reject {
+        table: table.to_string(),
+        column: None,
+        expected: None,
+        value,
+        sequence,
+        reason,
+        received_us: meta.received_us,
+        source: source_coordinates(meta),
+    }
+}
+
+fn source_coordinates(meta: &RecordMeta) -> Option<Value> {
+    if meta.partition.is_none() && meta.offset.is_none() && meta.route.is_none() {
+        return None;
+    }
+    let mut m = Map::new();
+    if let Some(r) = &meta.route {
+        m.insert("route".into(), Value::from(r.as_str()));
+    }
+    if let Some(p) = &meta.partition {
+        m.insert("partition".into(), Value::from(p.as_str()));
+    }
+    if let Some(o) = meta.offset {
+        m.insert("offset".into(), Value::from(o));
+    }
+    Some(Value::Object(m))
+}
+
+/// Rows for one table within one decode.
+struct TableBuilder {
+    schema: TableSchema,
+    columns: Vec<ColumnBuilder>,
+    /// Index into `changes` of the Create or Add that introduced a column in this batch.
+    introduced: HashMap<usize, usize>,
+    changes: Vec<SchemaChange>,
+    rows: usize,
+    path: String,
+    empty_rows: Vec<(i64, RecordMeta)>,
+}
+
+impl TableBuilder {
+    fn new(schema: TableSchema) -> Self {
+        let columns = schema.columns().iter().map(|c| ColumnBuilder::new(c.ty)).collect();
+        Self {
+            schema,
+            columns,
+            introduced: HashMap::new(),
+            changes: Vec::new(),
+            rows: 0,
+            path: String::new(),
+            empty_rows: Vec::new(),
+        }
+    }
+
+    fn push_event(
+        &mut self,
+        table: &str,
+        metadata: &MetadataConfig,
+        meta: &RecordMeta,
+        map: &Map<String, Value>,
+        seq: i64,
+        rejects: &mut Vec<Reject>,
+    ) {
+        let ctx = Ctx { table, meta, seq };
+        let before = self.columns.iter().filter(|c| c.len() > self.rows).count();
+        self.push_metadata(&ctx, metadata, rejects);
+        self.path.clear();
+        self.walk(&ctx, map, 0, rejects);
+        let after = self.columns.iter().filter(|c| c.len() > self.rows).count();
+        if after == before && self.schema.columns().is_empty() {
+            self.empty_rows.push((seq, meta.clone()));
+        }
+        self.rows += 1;
+    }
+
+    fn push_metadata(&mut self, ctx: &Ctx, m: &MetadataConfig, rejects: &mut Vec<Reject>) {
+        let meta = ctx.meta;
+        if m.received_at {
+            self.put_typed(ctx, "_received_at", ColumnType::Timestamptz, Fit::Micros(meta.received_us), rejects);
+        }
+        if m.position {
+            self.put_typed(ctx, "_position", ColumnType::Bigint, Fit::Int(ctx.seq), rejects);
+        }
+        if m.key {
+            let v = meta.key.clone().map_or(Fit::Null, Fit::Text);
+            self.put_typed(ctx, "_key", ColumnType::Varchar, v, rejects);
+        }
+        if m.partition {
+            let v = meta.partition.clone().map_or(Fit::Null, Fit::Text);
+            self.put_typed(ctx, "_partition", ColumnType::Varchar, v, rejects);
+        }
+        if m.offset {
+            let v = meta.offset.map_or(Fit::Null, Fit::Int);
+            self.put_typed(ctx, "_offset", ColumnType::Bigint, v, rejects);
+        }
+        if m.event_time {
+            let v = meta.event_time_us.map_or(Fit::Null, Fit::Micros);
+            self.put_typed(ctx, "_event_time", ColumnType::Timestamptz, v, rejects);
+        }
+    }
+
+    fn walk(&mut self, ctx: &Ctx, map: &Map<String, Value>, depth: usize, rejects: &mut Vec<Reject>) {
+        for (key, value) in map {
+            let mark = self.path.len();
+            if depth > 0 {
+                self.path.push_str(SEPARATOR);
+            }
+            self.path.push_str(key);
+            match value {
+                Value::Object(inner) if depth + 1 < MAX_DEPTH && !inner.is_empty() => {
+                    self.walk(ctx, inner, depth + 1, rejects);
+                }
+                _ => {
+                    let path = std::mem::take(&mut self.path);
+                    self.put(ctx, &path, value, rejects);
+                    self.path = path;
+                }
+            }
+            self.path.truncate(mark);
+        }
+    }
+
+    /// Find or create the column for `name`, typed by `ty` when new.
+    fn column(&mut self, name: &str, ty: ColumnType) -> usize {
+        if let Some(i) = self.schema.find(name) {
+            return i;
+        }
+        let column = Column { name: name.to_string(), ty };
+        let i = self.schema.push(column.clone());
+        let mut builder = ColumnBuilder::new(ty);
+        builder.pad(self.rows);
+        self.columns.push(builder);
+        if self.schema.exists() {
+            self.introduced.insert(i, self.changes.len());
+            self.changes.push(SchemaChange::Add(column));
+        } else {
+            match self.changes.first_mut() {
+                Some(SchemaChange::Create(cols)) => {
+                    self.introduced.insert(i, 0);
+                    cols.push(column);
+                }
+                _ => {
+                    self.introduced.insert(i, 0);
+                    self.changes.insert(0, SchemaChange::Create(vec![column]));
+                }
+            }
+        }
+        i
+    }
+
+    fn put(&mut self, ctx: &Ctx, name: &str, value: &Value, rejects: &mut Vec<Reject>) {
+        let i = match self.schema.find(name) {
+            Some(i) => i,
+            None => match kind_of(value).column_type() {
+                Some(ty) => self.column(name, ty),
+                // A field seen only as null gets its column once a typed value arrives.
+                None => return,
+            },
+        };
+        let ty = self.schema.columns()[i].ty;
+        let fitted = fit(ty, value);
+        self.store(ctx, i, fitted, Some(value), rejects);
+    }
+
+    fn put_typed(&mut self, ctx: &Ctx, name: &str, ty: ColumnType, value: Fit, rejects: &mut Vec<Reject>) {
+        let i = self.column(name, ty);
+        self.store(ctx, i, value, None, rejects);
+    }
+
+    fn store(&mut self, ctx: &Ctx, i: usize, value: Fit, raw: Option<&Value>, rejects: &mut Vec<Reject>) {
+        let column = &self.schema.columns()[i];
+        let original = || raw.map_or_else(String::new, Value::to_string);
+        if self.columns[i].len() > self.rows {
+            rejects.push(self.value_reject(ctx, i, original(), "duplicate field: another field of this event maps to the same column (flattening or letter case)"));
+            return;
+        }
+        self.columns[i].pad(self.rows);
+        match value {
+            Fit::Widen(f) => {
+                let widened = Column { name: column.name.clone(), ty: ColumnType::Double };
+                self.schema.set_type(i, ColumnType::Double);
+                self.columns[i].widen_to_double();
+                match self.introduced.get(&i).copied() {
+                    Some(at) => match &mut self.changes[at] {
+                        SchemaChange::Create(cols) => {
+                            if let Some(c) = cols.iter_mut().find(|c| c.name == widened.name) {
+                                c.ty = ColumnType::Double;
+                            }
+                        }
+                        SchemaChange::Add(c) | SchemaChange::Widen(c) => c.ty = ColumnType::Double,
+                    },
+                    None => {
+                        self.introduced.insert(i, self.changes.len());
+                        self.changes.push(SchemaChange::Widen(widened));
+                    }
+                }
+                self.columns[i].push(Fit::Float(f));
+            }
+            Fit::Misfit(reason) => {
+                self.columns[i].push(Fit::Null);
+                rejects.push(self.value_reject(ctx, i, original(), reason));
+            }
+            other => self.columns[i].push(other),
+        }
+    }
+
+    fn value_reject(&self, ctx: &Ctx, i: usize, value: String, reason: &str) -> Reject {
+        let column = &self.schema.columns()[i];
+        Reject {
+            table: ctx.table.to_string(),
+            column: Some(column.name.clone()),
+            expected: Some(column.ty),
+            value,
+            sequence: ctx.seq,
+            reason: reason.to_string(),
+            received_us: ctx.meta.received_us,
+            source: source_coordinates(ctx.meta),
+        }
+    }
+
+    /// The batch (if the table has columns), the schema it moves the table to, and rejects for
+    /// events that had nothing to store.
+    fn finish(self, table: &str) -> Result<(Option<TableWrite>, TableSchema, Vec<Reject>)> {
+        let mut rejects = Vec::new();
+        if self.schema.columns().is_empty() {
+            for (seq, meta) in &self.empty_rows {
+                rejects.push(whole_reject(
+                    table,
+                    "{}".into(),
+                    "event has no non-null fields and the table has no columns yet".into(),
+                    *seq,
+                    meta,
+                ));
+            }
+            return Ok((None, self.schema, rejects));
+        }
+        if self.rows == 0 {
+            return Ok((None, self.schema, rejects));
+        }
+        let mut fields = Vec::with_capacity(self.columns.len());
+        let mut arrays = Vec::with_capacity(self.columns.len());
+        for (column, mut builder) in self.schema.columns().iter().zip(self.columns) {
+            builder.pad(self.rows);
+            fields.push(arrow::datatypes::Field::new(&column.name, column.ty.arrow(), true));
+            arrays.push(builder.finish());
+        }
+        let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(fields));
+        let data = arrow::record_batch::RecordBatch::try_new(schema, arrays)
+            .map_err(|e| Error::new(ErrorKind::Fatal, "could not build a batch").with_source(e))?;
+        let mut schema = self.schema;
+        schema.set_exists();
+        Ok((Some(TableWrite { table: table.to_string(), changes: self.changes, data }), schema, rejects))
+    }
+}
+
+struct Ctx<'a> {
+    table: &'a str,
+    meta: &'a RecordMeta,
+    seq: i64,
+}

@@ -1,0 +1,3 @@
+//! Payload formats: bytes in, JSON events out. Transport-free.
+
+pub mod json;

@@ -1,0 +1,24 @@
+//! Sluice's core: batches, schema inference and evolution, formats, the Source / Sink /
+//! StateStore traits and the run loop. No network clients live here.
+#![warn(missing_docs)]
+
+pub mod batch;
+pub mod decode;
+pub mod error;
+pub mod format;
+pub mod metrics;
+pub mod pipeline;
+pub mod schema;
+pub mod secret;
+pub mod sink;
+pub mod source;
+
+pub use batch::{Checkpoint, Chunk, Payload, Position, Record, RecordMeta, Reject, TableWrite, Totals, WriteUnit};
+pub use decode::{Decoder, MetadataConfig};
+pub use error::{Error, ErrorKind, Result};
+pub use metrics::{MetricsSnapshot, StreamMetrics};
+pub use pipeline::{FlushConfig, Stream};
+pub use schema::{ColumnType, TableSchema};
+pub use secret::Secret;
+pub use sink::{Sink, StateStore};
+pub use source::Source;

@@ -1,0 +1,193 @@
+//! Live per-stream metrics. Totals are restored from the checkpoint on start.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::batch::Totals;
+
+const LATENCY_SAMPLES: usize = 8192;
+const RATE_WINDOW: Duration = Duration::from_secs(10);
+
+/// Counters and gauges of one stream, shared between its run loop and the API.
+#[derive(Debug)]
+pub struct StreamMetrics {
+    events_in: AtomicU64,
+    rows_written: AtomicU64,
+    rejects: AtomicU64,
+    bytes_in: AtomicU64,
+    batches: AtomicU64,
+    last_event_us: AtomicI64,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: &'static str,
+    last_error: Option<String>,
+    latency: VecDeque<u64>,
+    latency_count: u64,
+    latency_sum: u64,
+    latency_min: u64,
+    latency_max: u64,
+    rate: VecDeque<(Instant, u64)>,
+}
+
+/// A snapshot for the API.
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricsSnapshot {
+    /// running, retrying, failed, stopped.
+    pub state: &'static str,
+    /// The last error, while not running.
+    pub last_error: Option<String>,
+    /// Events received (rows plus rejected events).
+    pub events_in: u64,
+    /// Rows written.
+    pub rows_written: u64,
+    /// Ledger rows.
+    pub rejects: u64,
+    /// Payload bytes.
+    pub bytes_in: u64,
+    /// Committed batches.
+    pub batches: u64,
+    /// Receive time of the newest committed event (RFC 3339).
+    pub last_event_time: Option<String>,
+    /// Events per second over the last 10 seconds.
+    pub messages_per_sec: f64,
+    /// Receive-to-committed latency, milliseconds.
+    pub latency_ms: LatencySnapshot,
+}
+
+/// Latency figures in milliseconds since start (min, max, avg) and over recent batches (p99).
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencySnapshot {
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+    /// Mean, weighted by chunks.
+    pub avg: f64,
+    /// 50th percentile of the last 8192 chunks.
+    pub p50: f64,
+    /// 99th percentile of the last 8192 chunks.
+    pub p99: f64,
+    /// Chunks measured.
+    pub count: u64,
+}
+
+impl StreamMetrics {
+    /// Metrics starting from stored totals.
+    pub fn new(totals: &Totals) -> Self {
+        Self {
+            events_in: AtomicU64::new(totals.events_in),
+            rows_written: AtomicU64::new(totals.rows_written),
+            rejects: AtomicU64::new(totals.rejects),
+            bytes_in: AtomicU64::new(totals.bytes_in),
+            batches: AtomicU64::new(totals.batches),
+            last_event_us: AtomicI64::new(totals.last_event_us.unwrap_or(i64::MIN)),
+            inner: Mutex::new(Inner {
+                state: "starting",
+                last_error: None,
+                latency: VecDeque::with_capacity(LATENCY_SAMPLES),
+                latency_count: 0,
+                latency_sum: 0,
+                latency_min: u64::MAX,
+                latency_max: 0,
+                rate: VecDeque::new(),
+            }),
+        }
+    }
+
+    /// Set the state shown to users, with the error that caused it.
+    pub fn set_state(&self, state: &'static str, error: Option<String>) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.state = state;
+            inner.last_error = error;
+        }
+    }
+
+    /// A unit became durable: totals are the checkpoint's, `latencies` one per chunk.
+    pub fn committed(&self, totals: &Totals, latencies: &[Duration]) {
+        self.events_in.store(totals.events_in, Ordering::Relaxed);
+        self.rows_written.store(totals.rows_written, Ordering::Relaxed);
+        self.rejects.store(totals.rejects, Ordering::Relaxed);
+        self.bytes_in.store(totals.bytes_in, Ordering::Relaxed);
+        self.batches.store(totals.batches, Ordering::Relaxed);
+        if let Some(us) = totals.last_event_us {
+            self.last_event_us.store(us, Ordering::Relaxed);
+        }
+        let Ok(mut inner) = self.inner.lock() else { return };
+        inner.state = "running";
+        inner.last_error = None;
+        for l in latencies {
+            let us = l.as_micros() as u64;
+            if inner.latency.len() == LATENCY_SAMPLES {
+                inner.latency.pop_front();
+            }
+            inner.latency.push_back(us);
+            inner.latency_count += 1;
+            inner.latency_sum += us;
+            inner.latency_min = inner.latency_min.min(us);
+            inner.latency_max = inner.latency_max.max(us);
+        }
+        let now = Instant::now();
+        inner.rate.push_back((now, totals.events_in));
+        while inner.rate.len() > 2 && inner.rate.front().is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW) {
+            inner.rate.pop_front();
+        }
+    }
+
+    /// A consistent-enough snapshot.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let inner = match self.inner.lock() {
+            Ok(inner) => inner,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let mut sorted: Vec<u64> = inner.latency.iter().copied().collect();
+        sorted.sort_unstable();
+        let pct = |p: f64| -> f64 {
+            if sorted.is_empty() {
+                return 0.0;
+            }
+            let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+            sorted[i] as f64 / 1000.0
+        };
+        let events_in = self.events_in.load(Ordering::Relaxed);
+        let now = Instant::now();
+        let messages_per_sec = match inner.rate.iter().find(|(t, _)| now.duration_since(*t) <= RATE_WINDOW) {
+            Some((t, n)) if now.duration_since(*t) > Duration::from_millis(100) => {
+                events_in.saturating_sub(*n) as f64 / now.duration_since(*t).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        let last = self.last_event_us.load(Ordering::Relaxed);
+        MetricsSnapshot {
+            state: inner.state,
+            last_error: inner.last_error.clone(),
+            events_in,
+            rows_written: self.rows_written.load(Ordering::Relaxed),
+            rejects: self.rejects.load(Ordering::Relaxed),
+            bytes_in: self.bytes_in.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            last_event_time: (last != i64::MIN)
+                .then(|| chrono::DateTime::from_timestamp_micros(last).map(|t| t.to_rfc3339()))
+                .flatten(),
+            messages_per_sec,
+            latency_ms: LatencySnapshot {
+                min: if inner.latency_count == 0 { 0.0 } else { inner.latency_min as f64 / 1000.0 },
+                max: inner.latency_max as f64 / 1000.0,
+                avg: if inner.latency_count == 0 {
+                    0.0
+                } else {
+                    inner.latency_sum as f64 / inner.latency_count as f64 / 1000.0
+                },
+                p50: pct(0.50),
+                p99: pct(0.99),
+                count: inner.latency_count,
+            },
+        }
+    }
+}

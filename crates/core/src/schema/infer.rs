@@ -1,0 +1,162 @@
+//! Inference: which column type a JSON value suggests, and whether a value fits a column.
+
+use chrono::{DateTime, NaiveDate};
+use serde_json::Value;
+
+use super::ColumnType;
+
+/// What a JSON scalar looks like, finer than JSON's own types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueKind {
+    /// null
+    Null,
+    /// true / false
+    Bool,
+    /// an integer that fits i64
+    Int,
+    /// any other number
+    Float,
+    /// an RFC 3339 date-time string
+    Timestamp,
+    /// a `YYYY-MM-DD` string
+    Date,
+    /// any other string
+    Text,
+    /// an array, or an object below the flattening depth
+    Nested,
+}
+
+impl ValueKind {
+    /// The column type a new column gets when this is its first value.
+    pub fn column_type(self) -> Option<ColumnType> {
+        Some(match self {
+            Self::Null => return None,
+            Self::Bool => ColumnType::Boolean,
+            Self::Int => ColumnType::Bigint,
+            Self::Float => ColumnType::Double,
+            Self::Timestamp => ColumnType::Timestamptz,
+            Self::Date => ColumnType::Date,
+            Self::Text => ColumnType::Varchar,
+            Self::Nested => ColumnType::Json,
+        })
+    }
+}
+
+/// Classify a value.
+pub fn kind_of(value: &Value) -> ValueKind {
+    match value {
+        Value::Null => ValueKind::Null,
+        Value::Bool(_) => ValueKind::Bool,
+        Value::Number(n) if n.is_i64() => ValueKind::Int,
+        Value::Number(_) => ValueKind::Float,
+        Value::String(s) if parse_timestamp(s).is_some() => ValueKind::Timestamp,
+        Value::String(s) if parse_date(s).is_some() => ValueKind::Date,
+        Value::String(_) => ValueKind::Text,
+        Value::Array(_) | Value::Object(_) => ValueKind::Nested,
+    }
+}
+
+/// How a value goes into a column of a given type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fit {
+    /// Store as NULL (the value was null).
+    Null,
+    /// Store this boolean.
+    Bool(bool),
+    /// Store this integer.
+    Int(i64),
+    /// Store this float.
+    Float(f64),
+    /// Store this text.
+    Text(String),
+    /// Store this instant (UTC microseconds).
+    Micros(i64),
+    /// Store this date (days since the epoch).
+    Days(i32),
+    /// A BIGINT column must become DOUBLE to hold this float.
+    Widen(f64),
+    /// Does not fit: NULL plus a ledger row with this reason.
+    Misfit(&'static str),
+}
+
+/// Decide how `value` goes into a column of type `ty`.
+pub fn fit(ty: ColumnType, value: &Value) -> Fit {
+    match (ty, value) {
+        (_, Value::Null) => Fit::Null,
+        (ColumnType::Boolean, Value::Bool(b)) => Fit::Bool(*b),
+        (ColumnType::Bigint, Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Fit::Int(i),
+            (None, Some(f)) if n.is_f64() => Fit::Widen(f),
+            _ => Fit::Misfit("integer out of range for BIGINT"),
+        },
+        (ColumnType::Double, Value::Number(n)) => match n.as_f64() {
+            Some(f) => Fit::Float(f),
+            None => Fit::Misfit("number out of range for DOUBLE"),
+        },
+        (ColumnType::Varchar, Value::String(s)) => Fit::Text(s.clone()),
+        (ColumnType::Varchar, Value::Bool(_) | Value::Number(_)) => Fit::Text(value.to_string()),
+        (ColumnType::Varchar, Value::Array(_) | Value::Object(_)) => Fit::Text(value.to_string()),
+        (ColumnType::Json, _) => Fit::Text(value.to_string()),
+        (ColumnType::Timestamptz, Value::String(s)) => match parse_timestamp(s) {
+            Some(us) => Fit::Micros(us),
+            None => Fit::Misfit("not an RFC 3339 timestamp"),
+        },
+        (ColumnType::Date, Value::String(s)) => match parse_date(s) {
+            Some(days) => Fit::Days(days),
+            None => Fit::Misfit("not a YYYY-MM-DD date"),
+        },
+        (ColumnType::Boolean, _) => Fit::Misfit("not a boolean"),
+        (ColumnType::Bigint | ColumnType::Double, _) => Fit::Misfit("not a number"),
+        (ColumnType::Timestamptz | ColumnType::Date, _) => Fit::Misfit("not a string"),
+    }
+}
+
+/// RFC 3339 with a time and an offset, as UTC microseconds.
+fn parse_timestamp(s: &str) -> Option<i64> {
+    // Cheap shape check first: the common non-timestamp string fails here.
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    DateTime::parse_from_rfc3339(s).ok().map(|t| t.timestamp_micros())
+}
+
+/// `YYYY-MM-DD`, as days since the epoch.
+fn parse_date(s: &str) -> Option<i32> {
+    let b = s.as_bytes();
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let date = NaiveDate::parse_from_str(s, "%Y-%m-%d").ok()?;
+    let epoch = NaiveDate::from_ymd_opt(1970, 1, 1)?;
+    i32::try_from((date - epoch).num_days()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn kinds() {
+        assert_eq!(kind_of(&json!(1)), ValueKind::Int);
+        assert_eq!(kind_of(&json!(1.5)), ValueKind::Float);
+        assert_eq!(kind_of(&json!("2024-05-01T10:00:00+02:00")), ValueKind::Timestamp);
+        assert_eq!(kind_of(&json!("2024-05-01")), ValueKind::Date);
+        assert_eq!(kind_of(&json!("2024-05-01 but not")), ValueKind::Text);
+        assert_eq!(kind_of(&json!([1])), ValueKind::Nested);
+    }
+
+    #[test]
+    fn fits() {
+        assert_eq!(fit(ColumnType::Bigint, &json!(2.5)), Fit::Widen(2.5));
+        assert_eq!(fit(ColumnType::Double, &json!(2)), Fit::Float(2.0));
+        assert_eq!(fit(ColumnType::Varchar, &json!(2)), Fit::Text("2".into()));
+        assert!(matches!(fit(ColumnType::Bigint, &json!("x")), Fit::Misfit(_)));
+        assert_eq!(
+            fit(ColumnType::Timestamptz, &json!("1970-01-01T00:00:01Z")),
+            Fit::Micros(1_000_000)
+        );
+        assert!(matches!(fit(ColumnType::Boolean, &json!(1)), Fit::Misfit(_)));
+    }
+}

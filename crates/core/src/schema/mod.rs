@@ -1,0 +1,78 @@
+//! Table schemas: column types, inference from JSON values, and evolution.
+
+mod infer;
+mod table;
+
+pub use infer::{Fit, ValueKind, fit, kind_of};
+pub use table::{Column, SchemaChange, TableSchema};
+
+use arrow::datatypes::{DataType, TimeUnit};
+use serde::{Deserialize, Serialize};
+
+/// The column types Sluice creates. Each maps to one Arrow type and one SQL type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum ColumnType {
+    /// true / false.
+    Boolean,
+    /// 64-bit integer.
+    Bigint,
+    /// 64-bit float.
+    Double,
+    /// Text.
+    Varchar,
+    /// Instant with time zone (RFC 3339 strings), stored as UTC microseconds.
+    Timestamptz,
+    /// Calendar date (`YYYY-MM-DD` strings).
+    Date,
+    /// Arrays and values nested deeper than the flattening depth, kept as JSON text.
+    Json,
+}
+
+impl ColumnType {
+    /// The SQL type name.
+    pub fn sql(self) -> &'static str {
+        match self {
+            Self::Boolean => "BOOLEAN",
+            Self::Bigint => "BIGINT",
+            Self::Double => "DOUBLE",
+            Self::Varchar => "VARCHAR",
+            Self::Timestamptz => "TIMESTAMPTZ",
+            Self::Date => "DATE",
+            Self::Json => "JSON",
+        }
+    }
+
+    /// Parse an SQL type name as the workspace reports it.
+    pub fn from_sql(name: &str) -> Option<Self> {
+        let upper = name.trim().to_ascii_uppercase();
+        Some(match upper.as_str() {
+            "BOOLEAN" => Self::Boolean,
+            "BIGINT" => Self::Bigint,
+            "DOUBLE" => Self::Double,
+            "VARCHAR" => Self::Varchar,
+            "TIMESTAMP WITH TIME ZONE" | "TIMESTAMPTZ" => Self::Timestamptz,
+            "DATE" => Self::Date,
+            "JSON" => Self::Json,
+            _ => return None,
+        })
+    }
+
+    /// The Arrow type the decoder builds for this column.
+    pub fn arrow(self) -> DataType {
+        match self {
+            Self::Boolean => DataType::Boolean,
+            Self::Bigint => DataType::Int64,
+            Self::Double => DataType::Float64,
+            Self::Varchar | Self::Json => DataType::Utf8,
+            Self::Timestamptz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            Self::Date => DataType::Date32,
+        }
+    }
+}
+
+impl std::fmt::Display for ColumnType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.sql())
+    }
+}

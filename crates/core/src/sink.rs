@@ -1,0 +1,26 @@
+//! The Sink and StateStore traits: where batches go, and where a stream's progress is kept.
+
+use async_trait::async_trait;
+
+use crate::batch::{Checkpoint, WriteUnit};
+use crate::error::Result;
+use crate::schema::TableSchema;
+
+/// A destination. `write` returns once the unit is durable: its schema changes, rows, rejects
+/// and checkpoint all together, or none of them. A transactional sink commits the checkpoint in
+/// the same transaction as the rows; that is what makes a stream exactly once.
+#[async_trait]
+pub trait Sink: Send + Sync {
+    /// Apply `unit` atomically and durably.
+    async fn write(&self, unit: &WriteUnit) -> Result<()>;
+}
+
+/// Where streams' checkpoints and the destination's table schemas are read back from.
+#[async_trait]
+pub trait StateStore: Send + Sync {
+    /// The last durable checkpoint of `stream`, if any.
+    async fn checkpoint(&self, stream: &str) -> Result<Option<Checkpoint>>;
+
+    /// The columns of `table`, if it exists.
+    async fn table_schema(&self, table: &str) -> Result<Option<TableSchema>>;
+}

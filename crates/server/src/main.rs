@@ -1,0 +1,1 @@
+fn main(){sluice_connectors::x()}
