@@ -1,1 +1,93 @@
-fn main(){sluice_connectors::x()}
+//! `sluice`: one binary that moves data in real time.
+
+mod api;
+mod bench;
+mod config;
+mod keys;
+mod query_cli;
+mod serve;
+mod supervisor;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// The default API address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+
+#[derive(Parser)]
+#[command(name = "sluice", version, about = "Streams, CDC and reverse ETL in one binary.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server: the embedded DuckDB workspace, the streams and the HTTP API.
+    Serve {
+        /// Folder of the workspace and state.
+        #[arg(long, default_value = "./sluice-data")]
+        data_dir: PathBuf,
+        /// Address of the HTTP API.
+        #[arg(long, default_value = DEFAULT_LISTEN)]
+        listen: SocketAddr,
+        /// A YAML file of declared streams, created or updated at start.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Run one read-only SELECT on the workspace and print a table.
+    Sql {
+        /// The statement.
+        sql: String,
+        /// The running server to ask.
+        #[arg(long, default_value = DEFAULT_LISTEN)]
+        server: SocketAddr,
+        /// The workspace to open when no server answers.
+        #[arg(long, default_value = "./sluice-data")]
+        data_dir: PathBuf,
+        /// Print JSON rows instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Most rows returned.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
+    /// Measure push throughput and latency against DuckDB's own JSON load.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve { data_dir, listen, config } => serve::run(data_dir, listen, config).await,
+            Command::Sql { sql, server, data_dir, json, limit } => {
+                query_cli::run(&sql, server, &data_dir, json, limit).await
+            }
+            Command::Bench(args) => bench::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -57,7 +57,7 @@ fn collect(conn: &Connection, sql: &str, limit: usize) -> Result<QueryResult> {
     let mut stmt = conn.prepare(sql).map_err(query_error)?;
     let arrow = stmt.query_arrow([]).map_err(query_error)?;
     let schema = arrow.get_schema();
-    let columns = schema.fields().iter().map(|f| (f.name().clone(), f.data_type().to_string())).collect();
+    let columns = schema.fields().iter().map(|f| (f.name().clone(), sql_type(f.data_type()))).collect();
     let mut batches: Vec<RecordBatch> = Vec::new();
     let mut seen = 0usize;
     let mut truncated = false;
@@ -84,6 +84,27 @@ fn collect(conn: &Connection, sql: &str, limit: usize) -> Result<QueryResult> {
         serde_json::from_slice(&bytes).map_err(|e| Error::new(ErrorKind::Fatal, "bad JSON rows").with_source(e))?
     };
     Ok(QueryResult { columns, rows, truncated })
+}
+
+/// The SQL name of an Arrow type, for result headers.
+fn sql_type(ty: &arrow::datatypes::DataType) -> String {
+    use arrow::datatypes::DataType as T;
+    match ty {
+        T::Boolean => "BOOLEAN".into(),
+        T::Int8 => "TINYINT".into(),
+        T::Int16 => "SMALLINT".into(),
+        T::Int32 => "INTEGER".into(),
+        T::Int64 => "BIGINT".into(),
+        T::UInt8 | T::UInt16 | T::UInt32 | T::UInt64 => format!("U{}", sql_type(&T::Int64)),
+        T::Float32 => "FLOAT".into(),
+        T::Float64 => "DOUBLE".into(),
+        T::Utf8 | T::LargeUtf8 | T::Utf8View => "VARCHAR".into(),
+        T::Date32 | T::Date64 => "DATE".into(),
+        T::Timestamp(_, Some(_)) => "TIMESTAMPTZ".into(),
+        T::Timestamp(_, None) => "TIMESTAMP".into(),
+        T::Decimal128(p, s) => format!("DECIMAL({p},{s})"),
+        other => other.to_string(),
+    }
 }
 
 fn query_error(e: duckdb::Error) -> Error {

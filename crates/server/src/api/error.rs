@@ -1,0 +1,61 @@
+//! One error type for every handler: a status and a message a person can act on.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use sluice_core::{Error, ErrorKind};
+
+/// An API error.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+    details: Option<Value>,
+}
+
+impl ApiError {
+    /// An error with a status and message.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self { status, message: message.into(), details: None }
+    }
+
+    /// Extra fields merged into the body.
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    /// 404 for a stream.
+    pub fn no_stream(id: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, format!("no stream named '{id}'"))
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        let status = match e.kind() {
+            ErrorKind::Config | ErrorKind::Data => StatusCode::BAD_REQUEST,
+            ErrorKind::Connect | ErrorKind::Transient => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Fatal => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        if status == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(error = %e, "Request failed.");
+        }
+        Self::new(status, e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "error": self.message });
+        if let (Some(Value::Object(extra)), Some(map)) = (self.details, body.as_object_mut()) {
+            map.extend(extra);
+        }
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert("www-authenticate", axum::http::HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}

@@ -1,0 +1,71 @@
+//! Metrics: JSON per stream and for all, and Prometheus text.
+
+use std::fmt::Write;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::IntoResponse;
+use serde_json::{Map, Value, json};
+use sluice_core::MetricsSnapshot;
+
+use super::{ApiError, AppState};
+
+/// `GET /api/streams/:id/metrics`
+pub async fn stream(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<MetricsSnapshot>, ApiError> {
+    let stream = state.supervisor.get(&id).await.ok_or_else(|| ApiError::no_stream(&id))?;
+    Ok(Json(stream.metrics.snapshot()))
+}
+
+/// `GET /api/metrics`
+pub async fn all(State(state): State<AppState>) -> Json<Value> {
+    let mut streams = Map::new();
+    for s in state.supervisor.list().await {
+        streams.insert(s.config.name.clone(), json!(s.metrics.snapshot()));
+    }
+    Json(json!({ "streams": streams }))
+}
+
+/// `GET /metrics`: Prometheus text exposition.
+pub async fn prometheus(State(state): State<AppState>) -> impl IntoResponse {
+    let snapshots: Vec<(String, MetricsSnapshot)> =
+        state.supervisor.list().await.iter().map(|s| (s.config.name.clone(), s.metrics.snapshot())).collect();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], render(&snapshots))
+}
+
+type Getter = fn(&MetricsSnapshot) -> f64;
+
+fn render(streams: &[(String, MetricsSnapshot)]) -> String {
+    let families: [(&str, &str, &str, Getter); 10] = [
+        ("sluice_stream_events_in_total", "counter", "Events received.", |m| m.events_in as f64),
+        ("sluice_stream_rows_written_total", "counter", "Rows written to tables.", |m| m.rows_written as f64),
+        ("sluice_stream_rejects_total", "counter", "Rows added to the rejects ledger.", |m| m.rejects as f64),
+        ("sluice_stream_bytes_in_total", "counter", "Payload bytes received.", |m| m.bytes_in as f64),
+        ("sluice_stream_batches_total", "counter", "Batches committed.", |m| m.batches as f64),
+        ("sluice_stream_messages_per_second", "gauge", "Events per second over the last 10 s.", |m| m.messages_per_sec),
+        ("sluice_stream_up", "gauge", "1 while the stream runs.", |m| f64::from(u8::from(m.state == "running"))),
+        ("sluice_stream_latency_p50_seconds", "gauge", "Receive-to-commit latency, p50 of recent chunks.", |m| m.latency_ms.p50 / 1000.0),
+        ("sluice_stream_latency_p99_seconds", "gauge", "Receive-to-commit latency, p99 of recent chunks.", |m| m.latency_ms.p99 / 1000.0),
+        ("sluice_stream_latency_max_seconds", "gauge", "Largest receive-to-commit latency since start.", |m| m.latency_ms.max / 1000.0),
+    ];
+    let mut out = String::new();
+    for (name, kind, help, get) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (stream, m) in streams {
+            let _ = writeln!(out, "{name}{{stream=\"{}\"}} {}", escape(stream), get(m));
+        }
+    }
+    let _ = writeln!(out, "# HELP sluice_stream_last_event_timestamp_seconds Receive time of the newest committed event.");
+    let _ = writeln!(out, "# TYPE sluice_stream_last_event_timestamp_seconds gauge");
+    for (stream, m) in streams {
+        if let Some(t) = m.last_event_time.as_deref().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()) {
+            let secs = t.timestamp_micros() as f64 / 1e6;
+            let _ = writeln!(out, "sluice_stream_last_event_timestamp_seconds{{stream=\"{}\"}} {secs}", escape(stream));
+        }
+    }
+    out
+}
+
+fn escape(label: &str) -> String {
+    label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}

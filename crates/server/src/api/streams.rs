@@ -1,0 +1,126 @@
+//! Stream management: list, create, get, patch, delete.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sluice_connectors::StreamConfig;
+
+use super::{ApiError, AppState};
+use crate::keys;
+use crate::supervisor::RunningStream;
+
+fn describe(stream: &RunningStream) -> Value {
+    json!({
+        "id": stream.config.name,
+        "config": stream.config,
+        "push_url": format!("/api/streams/{}/push", stream.config.name),
+        "metrics": stream.metrics.snapshot(),
+    })
+}
+
+fn parse_config(body: Value) -> Result<StreamConfig, ApiError> {
+    let config: StreamConfig = serde_json::from_value(body)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid stream: {e}")))?;
+    config.validate().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid stream: {e}")))?;
+    Ok(config)
+}
+
+/// `GET /api/streams`
+pub async fn list(State(state): State<AppState>) -> Json<Value> {
+    let streams: Vec<Value> = state.supervisor.list().await.iter().map(|s| describe(s)).collect();
+    Json(json!({ "streams": streams }))
+}
+
+/// `POST /api/streams`: returns the push key, once.
+pub async fn create(State(state): State<AppState>, body: Json<Value>) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let mut config = parse_config(body.0)?;
+    if state.supervisor.get(&config.name).await.is_some() {
+        return Err(ApiError::new(StatusCode::CONFLICT, format!("a stream named '{}' exists", config.name)));
+    }
+    if let Some(owner) = state.supervisor.table_owner(&config.table, &config.name).await {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("table '{}' is already written by stream '{owner}'", config.table),
+        ));
+    }
+    let key = config.push_key.take().map_or_else(keys::generate, |k| k.expose().to_string());
+    state.supervisor.save_and_start(config.clone(), keys::hash(&key)).await?;
+    let stream = state.supervisor.get(&config.name).await.ok_or_else(|| ApiError::no_stream(&config.name))?;
+    let mut body = describe(&stream);
+    body["push_key"] = Value::String(key);
+    Ok((StatusCode::CREATED, Json(body)))
+}
+
+/// `GET /api/streams/:id`
+pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let stream = state.supervisor.get(&id).await.ok_or_else(|| ApiError::no_stream(&id))?;
+    Ok(Json(describe(&stream)))
+}
+
+/// `PATCH /api/streams/:id`: a JSON merge patch over the config; the name cannot change.
+pub async fn patch(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Json<Value>,
+) -> Result<Json<Value>, ApiError> {
+    let stream = state.supervisor.get(&id).await.ok_or_else(|| ApiError::no_stream(&id))?;
+    let Value::Object(_) = &body.0 else {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "the patch must be a JSON object"));
+    };
+    if body.0.get("name").is_some_and(|n| n != &Value::String(id.clone())) {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "name: a stream cannot be renamed"));
+    }
+    if body.0.get("push_key").is_some() {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "push_key: keys cannot be changed by PATCH"));
+    }
+    let mut merged = serde_json::to_value(&stream.config)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    merge(&mut merged, body.0);
+    let config = parse_config(merged)?;
+    if let Some(owner) = state.supervisor.table_owner(&config.table, &config.name).await {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("table '{}' is already written by stream '{owner}'", config.table),
+        ));
+    }
+    state.supervisor.save_and_start(config, stream.key_hash.clone()).await?;
+    let stream = state.supervisor.get(&id).await.ok_or_else(|| ApiError::no_stream(&id))?;
+    Ok(Json(describe(&stream)))
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge(target: &mut Value, patch: Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(&k);
+                } else {
+                    merge(t.entry(k).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct DeleteQuery {
+    #[serde(default)]
+    drop_table: bool,
+}
+
+/// `DELETE /api/streams/:id[?drop_table=true]`: the table stays unless asked.
+pub async fn delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<DeleteQuery>,
+) -> Result<StatusCode, ApiError> {
+    if state.supervisor.remove(&id, q.drop_table).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::no_stream(&id))
+    }
+}

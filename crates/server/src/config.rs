@@ -1,0 +1,31 @@
+//! The YAML file given with `--config`: the same stream types as the API.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use sluice_connectors::StreamConfig;
+
+/// A config file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Declared streams, created or updated at start.
+    #[serde(default)]
+    pub streams: Vec<StreamConfig>,
+}
+
+impl FileConfig {
+    /// Read and validate a file; errors name the file and the field.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let config: FileConfig = serde_yaml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut names = std::collections::HashSet::new();
+        for (i, stream) in config.streams.iter().enumerate() {
+            stream.validate().map_err(|e| format!("{}: streams[{i}].{e}", path.display()))?;
+            if !names.insert(stream.name.clone()) {
+                return Err(format!("{}: streams[{i}].name: '{}' is declared twice", path.display(), stream.name));
+            }
+        }
+        Ok(config)
+    }
+}

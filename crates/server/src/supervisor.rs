@@ -1,0 +1,203 @@
+//! Runs every stream: builds its source, restores its checkpoint and schema, runs the core loop,
+//! and restarts it with backoff after a failure.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_connectors::workspace::{StoredStream, Workspace};
+use sluice_connectors::{SourceHandle, StreamConfig, build_source};
+use sluice_core::pipeline::{self, Stream};
+use sluice_core::{Decoder, Error, ErrorKind, Result, StateStore, StreamMetrics};
+use tokio::sync::RwLock;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// A running stream as the API sees it.
+pub struct RunningStream {
+    /// Its config (secrets removed).
+    pub config: StreamConfig,
+    /// The push key's hash.
+    pub key_hash: String,
+    /// The way into its source, for push streams.
+    pub handle: SourceHandle,
+    /// Live metrics.
+    pub metrics: Arc<StreamMetrics>,
+    cancel: CancellationToken,
+    task: tokio::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+impl RunningStream {
+    async fn stop(&self) {
+        self.cancel.cancel();
+        if let Some(task) = self.task.lock().await.take() {
+            let _ = task.await;
+        }
+        self.metrics.set_state("stopped", None);
+    }
+}
+
+/// All streams of this server.
+#[derive(Clone)]
+pub struct Supervisor {
+    workspace: Workspace,
+    streams: Arc<RwLock<HashMap<String, Arc<RunningStream>>>>,
+}
+
+impl Supervisor {
+    /// A supervisor over `workspace`, with no stream started yet.
+    pub fn new(workspace: Workspace) -> Self {
+        Self { workspace, streams: Arc::default() }
+    }
+
+    /// The workspace.
+    pub fn workspace(&self) -> &Workspace {
+        &self.workspace
+    }
+
+    /// Start every stored stream.
+    pub async fn start_stored(&self) -> Result<()> {
+        for stored in self.workspace.streams().await? {
+            let config: StreamConfig = serde_json::from_value(stored.config).map_err(|e| {
+                Error::new(ErrorKind::Config, format!("stored stream '{}' is unreadable", stored.name)).with_source(e)
+            })?;
+            self.start(config, stored.key_hash).await?;
+        }
+        Ok(())
+    }
+
+    /// A running stream by name.
+    pub async fn get(&self, name: &str) -> Option<Arc<RunningStream>> {
+        self.streams.read().await.get(name).cloned()
+    }
+
+    /// All running streams, by name.
+    pub async fn list(&self) -> Vec<Arc<RunningStream>> {
+        let mut all: Vec<_> = self.streams.read().await.values().cloned().collect();
+        all.sort_by(|a, b| a.config.name.cmp(&b.config.name));
+        all
+    }
+
+    /// Another stream that already writes `table`, if any.
+    pub async fn table_owner(&self, table: &str, except: &str) -> Option<String> {
+        let streams = self.streams.read().await;
+        streams
+            .values()
+            .find(|s| s.config.name != except && s.config.table.eq_ignore_ascii_case(table))
+            .map(|s| s.config.name.clone())
+    }
+
+    /// Store a stream and (re)start it.
+    pub async fn save_and_start(&self, config: StreamConfig, key_hash: String) -> Result<()> {
+        let stored = serde_json::to_value(&config)
+            .map_err(|e| Error::new(ErrorKind::Fatal, "cannot serialize config").with_source(e))?;
+        self.workspace.save_stream(StoredStream { name: config.name.clone(), config: stored, key_hash: key_hash.clone() }).await?;
+        self.stop(&config.name).await;
+        self.start(config, key_hash).await
+    }
+
+    /// Stop a stream and forget it; its table stays unless `drop_table`.
+    pub async fn remove(&self, name: &str, drop_table: bool) -> Result<bool> {
+        let Some(stream) = self.stop(name).await else { return Ok(false) };
+        let table = drop_table.then(|| stream.config.table.clone());
+        self.workspace.delete_stream(name, table).await?;
+        Ok(true)
+    }
+
+    /// Stop every stream (shutdown).
+    pub async fn stop_all(&self) {
+        let names: Vec<String> = self.streams.read().await.keys().cloned().collect();
+        for name in names {
+            self.stop(&name).await;
+        }
+    }
+
+    async fn stop(&self, name: &str) -> Option<Arc<RunningStream>> {
+        let stream = self.streams.write().await.remove(name)?;
+        stream.stop().await;
+        Some(stream)
+    }
+
+    async fn start(&self, config: StreamConfig, key_hash: String) -> Result<()> {
+        config.validate()?;
+        let (checkpoint, decoder) = reload(&self.workspace, &config).await?;
+        let (source, handle) = build_source(&config.source)?;
+        let metrics = Arc::new(StreamMetrics::new(&checkpoint.totals));
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(supervise(
+            config.clone(),
+            source,
+            decoder,
+            self.workspace.clone(),
+            checkpoint,
+            metrics.clone(),
+            cancel.clone(),
+        ));
+        let running = RunningStream {
+            config: config.clone(),
+            key_hash,
+            handle,
+            metrics,
+            cancel,
+            task: tokio::sync::Mutex::new(Some(task)),
+        };
+        self.streams.write().await.insert(config.name.clone(), Arc::new(running));
+        tracing::info!(stream = %config.name, table = %config.table, "Stream started.");
+        Ok(())
+    }
+}
+
+/// Run the loop; after a failure wait with backoff, reload the checkpoint and run again.
+async fn supervise(
+    config: StreamConfig,
+    mut source: Box<dyn sluice_core::Source>,
+    mut decoder: Decoder,
+    workspace: Workspace,
+    mut checkpoint: sluice_core::Checkpoint,
+    metrics: Arc<StreamMetrics>,
+    cancel: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let stream = Stream {
+            name: &config.name,
+            source: source.as_mut(),
+            decoder: &mut decoder,
+            sink: &workspace,
+            flush: &config.flush,
+            metrics: &metrics,
+            cancel: &cancel,
+        };
+        match pipeline::run(stream, checkpoint.clone()).await {
+            Ok(_) => return,
+            Err(e) => {
+                tracing::error!(stream = %config.name, error = %e, "Stream failed; restarting.");
+                metrics.set_state("failed", Some(e.to_string()));
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+                // Resume from what is durable, with the table as it is now.
+                match reload(&workspace, &config).await {
+                    Ok((cp, d)) => {
+                        checkpoint = cp;
+                        decoder = d;
+                    }
+                    Err(e) => tracing::error!(stream = %config.name, error = %e, "Reload failed."),
+                }
+            }
+        }
+    }
+}
+
+async fn reload(workspace: &Workspace, config: &StreamConfig) -> Result<(sluice_core::Checkpoint, Decoder)> {
+    let checkpoint = workspace.checkpoint(&config.name).await?.unwrap_or_default();
+    let mut schemas = HashMap::new();
+    if !config.table.contains('*')
+        && let Some(schema) = workspace.table_schema(&config.table).await?
+    {
+        schemas.insert(config.table.clone(), schema);
+    }
+    Ok((checkpoint, Decoder::new(config.table.clone(), config.metadata.clone(), schemas)))
+}
