@@ -265,6 +265,18 @@ impl TableBuilder {
                 Value::Object(inner) if depth + 1 < MAX_DEPTH && !inner.is_empty() => {
                     self.walk(ctx, inner, depth + 1, rejects);
                 }
+                _ if self.path.is_empty() => {
+                    rejects.push(Reject {
+                        table: ctx.table.to_string(),
+                        column: None,
+                        expected: None,
+                        value: value.to_string(),
+                        sequence: ctx.seq,
+                        reason: "field name is empty; SQL has no empty column name".into(),
+                        received_us: ctx.meta.received_us,
+                        source: source_coordinates(ctx.meta),
+                    });
+                }
                 _ => {
                     let path = std::mem::take(&mut self.path);
                     self.put(ctx, &path, value, rejects);

@@ -1,0 +1,149 @@
+//! Starts the real `sluice` binary on a free port and talks to it over real HTTP.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// A fresh data folder, removed on drop.
+pub struct DataDir(pub PathBuf);
+
+impl DataDir {
+    pub fn new(name: &str) -> Self {
+        let n: u64 = rand::random();
+        let dir = std::env::temp_dir().join(format!("sluice-test-{name}-{n:x}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Wait until `check` holds, polling; panics with `what` after `timeout`.
+pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl Server {
+    pub async fn start(dir: &Path) -> Self {
+        Self::start_with(dir, &[]).await
+    }
+
+    pub async fn start_with(dir: &Path, extra: &[&str]) -> Self {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let child = Command::new(BIN)
+            .args(["serve", "--data-dir", dir.to_str().unwrap(), "--listen", &listen])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn sluice");
+        let server = Self { child, base: format!("http://{listen}"), http: reqwest::Client::new() };
+        let http = server.http.clone();
+        let health = format!("{}/health", server.base);
+        wait_until("the server to answer", Duration::from_secs(30), || {
+            let http = http.clone();
+            let health = health.clone();
+            async move { http.get(&health).send().await.is_ok_and(|r| r.status().is_success()) }
+        })
+        .await;
+        server
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Create a stream; returns the push key.
+    pub async fn create_stream(&self, config: Value) -> String {
+        let r = self.http.post(self.url("/api/streams")).json(&config).send().await.unwrap();
+        let status = r.status();
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(status, 201, "{body}");
+        body["push_key"].as_str().unwrap().to_string()
+    }
+
+    pub async fn push(&self, stream: &str, key: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+        let r = self
+            .http
+            .post(self.url(&format!("/api/streams/{stream}/push")))
+            .bearer_auth(key)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Rows of a read-only query; panics on an error status.
+    pub async fn sql(&self, sql: &str) -> Vec<Value> {
+        let (status, body) = self.sql_raw(sql).await;
+        assert_eq!(status, 200, "{sql}: {body}");
+        body["rows"].as_array().unwrap().clone()
+    }
+
+    pub async fn sql_raw(&self, sql: &str) -> (u16, Value) {
+        let r = self.http.post(self.url("/api/sql")).json(&json!({ "sql": sql, "limit": 1_000_000 })).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap())
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self.http.get(self.url(path)).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn count(&self, table: &str) -> i64 {
+        let rows = self.sql(&format!("SELECT count(*) AS n FROM \"{table}\"")).await;
+        rows[0]["n"].as_i64().unwrap()
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn stop(mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
