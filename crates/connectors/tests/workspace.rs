@@ -12,14 +12,22 @@ use sluice_core::{
 fn records(values: Vec<serde_json::Value>) -> Vec<Record> {
     values
         .into_iter()
-        .map(|v| Record { payload: Payload::Json(v), meta: RecordMeta { received_us: 1_700_000_000_000_000, ..Default::default() } })
+        .map(|v| Record {
+            payload: Payload::Json(v),
+            meta: RecordMeta { received_us: 1_700_000_000_000_000, ..Default::default() },
+        })
         .collect()
 }
 
 async fn write(ws: &Workspace, decoder: &mut Decoder, cp: &mut Checkpoint, values: Vec<serde_json::Value>) {
     let (decoded, pending) = decoder.decode(records(values), cp.sequence + 1).unwrap();
-    let next = Checkpoint { position: Position(json!(decoded.last_sequence)), sequence: decoded.last_sequence, totals: Default::default() };
-    let unit = WriteUnit { stream: "s".into(), tables: decoded.tables, rejects: decoded.rejects, checkpoint: next.clone() };
+    let next = Checkpoint {
+        position: Position(json!(decoded.last_sequence)),
+        sequence: decoded.last_sequence,
+        totals: Default::default(),
+    };
+    let unit =
+        WriteUnit { stream: "s".into(), tables: decoded.tables, rejects: decoded.rejects, checkpoint: next.clone() };
     ws.write(&unit).await.unwrap();
     decoder.commit(pending);
     *cp = next;
@@ -42,20 +50,29 @@ async fn evolves_and_reads_back() {
     assert!(started.elapsed().as_secs() < 60);
 
     let schema = ws.table_schema("t").await.unwrap().unwrap();
-    let cols: Vec<(String, String)> = schema.columns().iter().map(|c| (c.name.clone(), c.ty.sql().to_string())).collect();
+    let cols: Vec<(String, String)> =
+        schema.columns().iter().map(|c| (c.name.clone(), c.ty.sql().to_string())).collect();
     assert!(cols.contains(&("id".into(), "DOUBLE".into())), "{cols:?}");
     assert!(cols.contains(&("tags".into(), "JSON".into())), "{cols:?}");
     assert!(cols.contains(&("user__geo__lat".into(), "DOUBLE".into())), "{cols:?}");
     assert!(cols.contains(&("at".into(), "TIMESTAMPTZ".into())), "{cols:?}");
     assert!(cols.contains(&("day".into(), "DATE".into())), "{cols:?}");
 
-    let r = ws.query(r#"SELECT id, tags->>0 AS tag, epoch("at")::BIGINT AS "at", ok, new, _position FROM t ORDER BY _position"#.into(), 100).await.unwrap();
+    let r = ws
+        .query(
+            r#"SELECT id, tags->>0 AS tag, epoch("at")::BIGINT AS "at", ok, new, _position FROM t ORDER BY _position"#
+                .into(),
+            100,
+        )
+        .await
+        .unwrap();
     assert_eq!(r.rows.len(), 3);
     assert_eq!(r.rows[0]["tag"], json!("a"));
     assert_eq!(r.rows[0]["at"], json!(1704060000));
     assert_eq!(r.rows[2]["id"], json!(2.5));
     assert_eq!(r.rows[2].get("ok"), None, "misfit is NULL: {:?}", r.rows[2]);
-    let rejects = ws.query("SELECT \"column\", expected_type, value, position FROM sluice.rejects".into(), 10).await.unwrap();
+    let rejects =
+        ws.query("SELECT \"column\", expected_type, value, position FROM sluice.rejects".into(), 10).await.unwrap();
     assert_eq!(rejects.rows.len(), 1);
     assert_eq!(rejects.rows[0]["column"], json!("ok"));
     assert_eq!(rejects.rows[0]["expected_type"], json!("BOOLEAN"));
@@ -64,7 +81,8 @@ async fn evolves_and_reads_back() {
     let stored = ws.checkpoint("s").await.unwrap().unwrap();
     assert_eq!(stored.sequence, 3);
 
-    for bad in ["DELETE FROM t", "SELECT 1; SELECT 2", "CREATE TABLE x AS SELECT 1", "PRAGMA version", "ATTACH 'x.db'"] {
+    for bad in ["DELETE FROM t", "SELECT 1; SELECT 2", "CREATE TABLE x AS SELECT 1", "PRAGMA version", "ATTACH 'x.db'"]
+    {
         assert!(ws.query(bad.into(), 10).await.is_err(), "{bad} must be refused");
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -27,11 +27,12 @@ pub async fn run(sql: &str, server: SocketAddr, data_dir: &Path, as_json: bool, 
 /// `Ok(None)` when no server listens.
 async fn ask_server(sql: &str, server: SocketAddr, limit: usize) -> Result<Option<QueryResult>, String> {
     let client = reqwest::Client::new();
-    let response = match client.post(format!("http://{server}/api/sql")).json(&json!({"sql": sql, "limit": limit})).send().await {
-        Ok(r) => r,
-        Err(e) if e.is_connect() => return Ok(None),
-        Err(e) => return Err(format!("server at {server}: {e}")),
-    };
+    let response =
+        match client.post(format!("http://{server}/api/sql")).json(&json!({"sql": sql, "limit": limit})).send().await {
+            Ok(r) => r,
+            Err(e) if e.is_connect() => return Ok(None),
+            Err(e) => return Err(format!("server at {server}: {e}")),
+        };
     let status = response.status();
     let body: Value = response.json().await.map_err(|e| format!("server at {server}: {e}"))?;
     if !status.is_success() {

@@ -23,7 +23,8 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>)
     if let Some(declared) = declared {
         apply_declared(&supervisor, declared).await?;
     }
-    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let listener =
+        tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     println!("Sluice is running.");
     println!("  workspace: {}", workspace.path().display());
@@ -44,7 +45,10 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>)
 async fn apply_declared(supervisor: &Supervisor, declared: FileConfig) -> Result<(), String> {
     for mut config in declared.streams {
         if let Some(owner) = supervisor.table_owner(&config.table, &config.name).await {
-            return Err(format!("streams.{}.table: '{}' is already written by stream '{owner}'", config.name, config.table));
+            return Err(format!(
+                "streams.{}.table: '{}' is already written by stream '{owner}'",
+                config.name, config.table
+            ));
         }
         let given = config.push_key.take();
         let existing = supervisor.get(&config.name).await;

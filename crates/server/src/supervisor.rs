@@ -91,7 +91,9 @@ impl Supervisor {
     pub async fn save_and_start(&self, config: StreamConfig, key_hash: String) -> Result<()> {
         let stored = serde_json::to_value(&config)
             .map_err(|e| Error::new(ErrorKind::Fatal, "cannot serialize config").with_source(e))?;
-        self.workspace.save_stream(StoredStream { name: config.name.clone(), config: stored, key_hash: key_hash.clone() }).await?;
+        self.workspace
+            .save_stream(StoredStream { name: config.name.clone(), config: stored, key_hash: key_hash.clone() })
+            .await?;
         self.stop(&config.name).await;
         self.start(config, key_hash).await
     }

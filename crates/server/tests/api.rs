@@ -12,10 +12,16 @@ async fn stream_crud_keeps_tables_unless_asked() {
     let server = Server::start(&dir.0).await;
     let http = &server.http;
 
-    let r = http.post(server.url("/api/streams")).json(&json!({"name": "bad name!", "table": "t"})).send().await.unwrap();
+    let r =
+        http.post(server.url("/api/streams")).json(&json!({"name": "bad name!", "table": "t"})).send().await.unwrap();
     assert_eq!(r.status(), 400);
     assert!(r.text().await.unwrap().contains("name"));
-    let r = http.post(server.url("/api/streams")).json(&json!({"name": "a", "table": "t", "flush": {"max_rows": 0}})).send().await.unwrap();
+    let r = http
+        .post(server.url("/api/streams"))
+        .json(&json!({"name": "a", "table": "t", "flush": {"max_rows": 0}}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     assert!(r.text().await.unwrap().contains("flush.max_rows"));
     let r = http.post(server.url("/api/streams")).json(&json!({"name": "a", "tabel": "t"})).send().await.unwrap();
@@ -37,7 +43,12 @@ async fn stream_crud_keeps_tables_unless_asked() {
     assert_eq!(status, 200);
     assert!(one.get("push_key").is_none() && !one.to_string().contains(&key), "the key is shown once");
 
-    let r = http.patch(server.url("/api/streams/a")).json(&json!({"flush": {"max_wait_ms": 50}, "metadata": {"received_at": true}})).send().await.unwrap();
+    let r = http
+        .patch(server.url("/api/streams/a"))
+        .json(&json!({"flush": {"max_wait_ms": 50}, "metadata": {"received_at": true}}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let patched: serde_json::Value = r.json().await.unwrap();
     assert_eq!(patched["config"]["flush"]["max_wait_ms"], json!(50));
@@ -46,7 +57,8 @@ async fn stream_crud_keeps_tables_unless_asked() {
     assert_eq!(r.status(), 400);
     assert_eq!(server.push("a", &key, r#"{"x": 1}"#).await.0, 202, "the key survives a patch");
     assert_eq!(server.count("ta").await, 1);
-    let cols = server.sql("SELECT column_name FROM information_schema.columns WHERE table_name = 'ta' ORDER BY 1").await;
+    let cols =
+        server.sql("SELECT column_name FROM information_schema.columns WHERE table_name = 'ta' ORDER BY 1").await;
     assert_eq!(cols, vec![json!({"column_name": "_received_at"}), json!({"column_name": "x"})]);
 
     assert_eq!(http.delete(server.url("/api/streams/a")).send().await.unwrap().status(), 204);
@@ -95,7 +107,8 @@ async fn sql_is_read_only_and_cli_prints_tables() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("grace") && text.contains("(2 rows)"), "{text}");
-    let out = Command::new(BIN).args(["sql", "--server", &format!("127.0.0.1:{port}"), "DROP TABLE t"]).output().unwrap();
+    let out =
+        Command::new(BIN).args(["sql", "--server", &format!("127.0.0.1:{port}"), "DROP TABLE t"]).output().unwrap();
     assert!(!out.status.success());
 
     // Without a server the CLI opens the workspace itself.
@@ -125,7 +138,10 @@ async fn restart_keeps_streams_keys_tables_and_totals() {
     }
     assert_eq!(server.push("s", &key, r#"{"a": 3}"#).await.0, 202, "the key still works");
     let rows = server.sql("SELECT a, _position FROM t ORDER BY _position").await;
-    assert_eq!(rows, vec![json!({"a": 1, "_position": 1}), json!({"a": 2, "_position": 2}), json!({"a": 3, "_position": 4})]);
+    assert_eq!(
+        rows,
+        vec![json!({"a": 1, "_position": 1}), json!({"a": 2, "_position": 2}), json!({"a": 3, "_position": 4})]
+    );
 }
 
 #[tokio::test]
@@ -147,7 +163,11 @@ async fn metrics_in_json_and_prometheus() {
     assert!(m["last_event_time"].is_string());
     let lat = &m["latency_ms"];
     assert_eq!(lat["count"], json!(6));
-    assert!(lat["min"].as_f64().unwrap() > 0.0 && lat["min"].as_f64() <= lat["avg"].as_f64() && lat["avg"].as_f64() <= lat["max"].as_f64());
+    assert!(
+        lat["min"].as_f64().unwrap() > 0.0
+            && lat["min"].as_f64() <= lat["avg"].as_f64()
+            && lat["avg"].as_f64() <= lat["max"].as_f64()
+    );
     assert!(lat["p99"].as_f64().unwrap() <= lat["max"].as_f64().unwrap());
     assert!(m["messages_per_sec"].is_number());
     let (_, all) = server.get("/api/metrics").await;
@@ -173,7 +193,8 @@ async fn declared_streams_from_yaml_and_bad_config_names_the_field() {
     server.stop();
 
     // Declared again with a change: updated, key and rows kept.
-    std::fs::write(&file, "streams:\n  - name: orders\n    table: orders\n    flush:\n      max_wait_ms: 30\n").unwrap();
+    std::fs::write(&file, "streams:\n  - name: orders\n    table: orders\n    flush:\n      max_wait_ms: 30\n")
+        .unwrap();
     let server = Server::start_with(&dir.0, &["--config", file.to_str().unwrap()]).await;
     let (_, s) = server.get("/api/streams/orders").await;
     assert_eq!(s["config"]["flush"]["max_wait_ms"], json!(30));
@@ -188,7 +209,15 @@ async fn declared_streams_from_yaml_and_bad_config_names_the_field() {
     ] {
         std::fs::write(&file, yaml).unwrap();
         let out = Command::new(BIN)
-            .args(["serve", "--data-dir", dir.0.to_str().unwrap(), "--listen", "127.0.0.1:0", "--config", file.to_str().unwrap()])
+            .args([
+                "serve",
+                "--data-dir",
+                dir.0.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+                "--config",
+                file.to_str().unwrap(),
+            ])
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

@@ -13,7 +13,14 @@ const CLIENTS: u64 = 4;
 const PER_PUSH: u64 = 50;
 
 /// Push continuously from `CLIENTS` tasks; ids are unique across clients and rounds.
-fn start_clients(server: &Server, key: &str, round: u64, acked: Arc<Mutex<Vec<i64>>>, count: Arc<AtomicUsize>, stop: Arc<AtomicBool>) -> Vec<tokio::task::JoinHandle<()>> {
+fn start_clients(
+    server: &Server,
+    key: &str,
+    round: u64,
+    acked: Arc<Mutex<Vec<i64>>>,
+    count: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     (0..CLIENTS)
         .map(|client| {
             let http = server.http.clone();
@@ -25,10 +32,14 @@ fn start_clients(server: &Server, key: &str, round: u64, acked: Arc<Mutex<Vec<i6
             tokio::spawn(async move {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let ids: Vec<i64> =
-                        (0..PER_PUSH).map(|i| (round * 1_000_000_000 + client * 10_000_000 + n * PER_PUSH + i) as i64).collect();
+                    let ids: Vec<i64> = (0..PER_PUSH)
+                        .map(|i| (round * 1_000_000_000 + client * 10_000_000 + n * PER_PUSH + i) as i64)
+                        .collect();
                     n += 1;
-                    let body: String = ids.iter().map(|id| format!("{{\"id\": {id}, \"client\": {client}, \"pad\": \"{}\"}}\n", "p".repeat(40))).collect();
+                    let body: String = ids
+                        .iter()
+                        .map(|id| format!("{{\"id\": {id}, \"client\": {client}, \"pad\": \"{}\"}}\n", "p".repeat(40)))
+                        .collect();
                     match http.post(&url).bearer_auth(&key).body(body).send().await {
                         Ok(r) if r.status() == 202 => {
                             acked.lock().unwrap().extend(&ids);
@@ -76,9 +87,14 @@ async fn kill_9_mid_stream_loses_nothing_and_duplicates_nothing() {
             assert!(seen.insert(id), "id {id} stored twice after kill -9 in round {round}");
             assert!(positions.insert(row["_position"].as_i64().unwrap()), "a position was reused");
         }
-        let acked = acked.lock().unwrap();
+        let acked: Vec<i64> = acked.lock().unwrap().clone();
         let missing: Vec<&i64> = acked.iter().filter(|id| !seen.contains(id)).take(5).collect();
-        assert!(missing.is_empty(), "round {round}: acknowledged ids missing after kill -9: {missing:?} ({} acked, {} stored)", acked.len(), seen.len());
+        assert!(
+            missing.is_empty(),
+            "round {round}: acknowledged ids missing after kill -9: {missing:?} ({} acked, {} stored)",
+            acked.len(),
+            seen.len()
+        );
         let (_, m) = server.get("/api/streams/c/metrics").await;
         assert_eq!(m["rows_written"].as_u64(), Some(rows.len() as u64), "totals are committed with the rows");
     }

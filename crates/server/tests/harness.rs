@@ -112,7 +112,8 @@ impl Server {
     }
 
     pub async fn sql_raw(&self, sql: &str) -> (u16, Value) {
-        let r = self.http.post(self.url("/api/sql")).json(&json!({ "sql": sql, "limit": 1_000_000 })).send().await.unwrap();
+        let r =
+            self.http.post(self.url("/api/sql")).json(&json!({ "sql": sql, "limit": 1_000_000 })).send().await.unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap())
     }

@@ -67,7 +67,9 @@ async fn ndjson_lines_that_are_not_objects_go_to_the_ledger() {
 async fn error_statuses_say_what_to_fix() {
     let dir = DataDir::new("errors");
     let server = Server::start(&dir.0).await;
-    let key = server.create_stream(json!({"name": "s", "table": "t", "source": {"type": "http_push", "max_body_bytes": 1000}})).await;
+    let key = server
+        .create_stream(json!({"name": "s", "table": "t", "source": {"type": "http_push", "max_body_bytes": 1000}}))
+        .await;
     let push_url = server.url("/api/streams/s/push");
 
     let r = server.http.post(&push_url).body("{}").send().await.unwrap();
@@ -94,7 +96,15 @@ async fn error_statuses_say_what_to_fix() {
         .await
         .unwrap();
     assert_eq!(r.status(), 413);
-    let r = server.http.post(&push_url).bearer_auth(&key).header("content-encoding", "gzip").body("not gzip").send().await.unwrap();
+    let r = server
+        .http
+        .post(&push_url)
+        .bearer_auth(&key)
+        .header("content-encoding", "gzip")
+        .body("not gzip")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
 
     let (status, body) = server.push("s", &key, "\n\nthis is { not json").await;

@@ -17,7 +17,10 @@ async fn types(server: &Server, table: &str) -> Vec<(String, String)> {
 }
 
 fn ty<'a>(cols: &'a [(String, String)], name: &str) -> &'a str {
-    cols.iter().find(|(n, _)| n == name).map(|(_, t)| t.as_str()).unwrap_or_else(|| panic!("no column {name} in {cols:?}"))
+    cols.iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, t)| t.as_str())
+        .unwrap_or_else(|| panic!("no column {name} in {cols:?}"))
 }
 
 #[tokio::test]
@@ -53,9 +56,8 @@ async fn inference_then_evolution_with_misfits_in_the_ledger() {
     assert_eq!(ty(&cols, "price"), "DOUBLE");
 
     // Step 4: values that do not fit become NULL and land in the ledger; the event is accepted.
-    let (status, body) = server
-        .push("ev", &key, r#"{"id": 4, "ok": "maybe", "at": "yesterday", "price": "n/a", "name": 7}"#)
-        .await;
+    let (status, body) =
+        server.push("ev", &key, r#"{"id": 4, "ok": "maybe", "at": "yesterday", "price": "n/a", "name": 7}"#).await;
     assert_eq!((status, body), (202, json!({"accepted": 1, "rejected": 0})));
 
     let rows = server.sql(r#"SELECT id, price, ok, name, epoch("at")::BIGINT AS at, day::VARCHAR AS day, tags, country, nothing, _position FROM events ORDER BY id"#).await;
@@ -77,13 +79,18 @@ async fn inference_then_evolution_with_misfits_in_the_ledger() {
         .await;
     let got: Vec<Value> = ledger
         .iter()
-        .map(|r| json!([r["stream"], r["table"], r["column"], r["expected_type"], r["value"], r["position"], r["timed"]]))
+        .map(|r| {
+            json!([r["stream"], r["table"], r["column"], r["expected_type"], r["value"], r["position"], r["timed"]])
+        })
         .collect();
-    assert_eq!(got, vec![
-        json!(["ev", "events", "at", "TIMESTAMPTZ", "\"yesterday\"", 4, true]),
-        json!(["ev", "events", "ok", "BOOLEAN", "\"maybe\"", 4, true]),
-        json!(["ev", "events", "price", "DOUBLE", "\"n/a\"", 4, true]),
-    ]);
+    assert_eq!(
+        got,
+        vec![
+            json!(["ev", "events", "at", "TIMESTAMPTZ", "\"yesterday\"", 4, true]),
+            json!(["ev", "events", "ok", "BOOLEAN", "\"maybe\"", 4, true]),
+            json!(["ev", "events", "price", "DOUBLE", "\"n/a\"", 4, true]),
+        ]
+    );
     let (_, m) = server.get("/api/streams/ev/metrics").await;
     assert_eq!(m["rejects"], json!(3));
     assert_eq!(m["rows_written"], json!(4));
@@ -119,9 +126,15 @@ async fn hostile_field_and_table_names_are_quoted() {
     let rows = server.sql(&format!(r#"SELECT "Id" AS id FROM "{quoted}" WHERE "Id" IS NOT NULL"#)).await;
     assert_eq!(rows, vec![json!({"id": 1})]);
     let ledger = server.sql(r#"SELECT "column", value, reason FROM sluice.rejects WHERE stream = 'hostile'"#).await;
-    assert!(ledger.iter().any(|r| r["value"] == json!("2") && r["reason"].as_str().unwrap().contains("duplicate")), "{ledger:?}");
+    assert!(
+        ledger.iter().any(|r| r["value"] == json!("2") && r["reason"].as_str().unwrap().contains("duplicate")),
+        "{ledger:?}"
+    );
     // SQL has no empty identifier: that value goes to the ledger instead of stopping the stream.
-    assert!(ledger.iter().any(|r| r["value"] == json!("7") && r["reason"].as_str().unwrap().contains("empty")), "{ledger:?}");
+    assert!(
+        ledger.iter().any(|r| r["value"] == json!("7") && r["reason"].as_str().unwrap().contains("empty")),
+        "{ledger:?}"
+    );
 }
 
 #[tokio::test]

@@ -67,10 +67,7 @@ impl PushHandle {
     /// Queue `records` and wait until they are committed.
     pub async fn push(&self, records: Vec<Record>, bytes: usize, arrived: Instant) -> Result<(), PushError> {
         let (done, wait) = oneshot::channel();
-        self.tx
-            .send(Push { records, bytes, arrived, done })
-            .await
-            .map_err(|_| PushError::Unavailable)?;
+        self.tx.send(Push { records, bytes, arrived, done }).await.map_err(|_| PushError::Unavailable)?;
         wait.await.map_err(|_| PushError::Unavailable)?
     }
 }

@@ -108,6 +108,7 @@ fn open_error(path: &Path, e: duckdb::Error) -> Error {
 /// Map a DuckDB error to a kind: write conflicts may pass on retry, the rest stops.
 pub(crate) fn db_error(e: duckdb::Error) -> Error {
     let text = e.to_string();
-    let kind = if text.contains("Conflict") || text.contains("conflict") { ErrorKind::Transient } else { ErrorKind::Fatal };
+    let kind =
+        if text.contains("Conflict") || text.contains("conflict") { ErrorKind::Transient } else { ErrorKind::Fatal };
     Error::new(kind, "workspace error").with_source(e)
 }

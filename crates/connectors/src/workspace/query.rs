@@ -23,9 +23,8 @@ pub struct QueryResult {
 /// its serializer only accepts SELECT statements, so a DDL or DML statement, several
 /// statements, or a PRAGMA are all refused with a reason.
 pub fn check_read_only(conn: &Connection, sql: &str) -> Result<()> {
-    let parsed: String = conn
-        .query_row("SELECT json_serialize_sql(?::VARCHAR)::VARCHAR", [sql], |r| r.get(0))
-        .map_err(db_error)?;
+    let parsed: String =
+        conn.query_row("SELECT json_serialize_sql(?::VARCHAR)::VARCHAR", [sql], |r| r.get(0)).map_err(db_error)?;
     let parsed: serde_json::Value = serde_json::from_str(&parsed)
         .map_err(|e| Error::new(ErrorKind::Fatal, "unreadable parse result").with_source(e))?;
     if parsed["error"].as_bool() == Some(true) {

@@ -1,13 +1,11 @@
 //! The workspace sink: one writer thread applies each write unit in one DuckDB transaction:
 //! schema changes, rows (through the Arrow appender), rejects and the stream's checkpoint.
 
-use std::sync::mpsc as std_mpsc;
-
 use async_trait::async_trait;
 use duckdb::{Connection, params};
 use sluice_core::schema::SchemaChange;
 use sluice_core::{Error, ErrorKind, Result, Sink, WriteUnit};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::{Workspace, db_error, quote};
 
@@ -16,16 +14,16 @@ type Job = (WriteUnit, oneshot::Sender<Result<()>>);
 /// The writer thread's mailbox.
 #[derive(Clone)]
 pub(crate) struct Writer {
-    tx: std_mpsc::SyncSender<Job>,
+    tx: mpsc::Sender<Job>,
 }
 
 impl Writer {
     pub(crate) fn start(conn: Connection) -> Result<Self> {
-        let (tx, rx) = std_mpsc::sync_channel::<Job>(64);
+        let (tx, mut rx) = mpsc::channel::<Job>(64);
         std::thread::Builder::new()
             .name("workspace-writer".into())
             .spawn(move || {
-                while let Ok((unit, reply)) = rx.recv() {
+                while let Some((unit, reply)) = rx.blocking_recv() {
                     let _ = reply.send(apply(&conn, &unit));
                 }
             })
@@ -38,11 +36,10 @@ impl Writer {
 impl Sink for Workspace {
     async fn write(&self, unit: &WriteUnit) -> Result<()> {
         let (reply, done) = oneshot::channel();
-        let tx = self.writer.tx.clone();
-        let unit = unit.clone();
-        tokio::task::spawn_blocking(move || tx.send((unit, reply)))
+        self.writer
+            .tx
+            .send((unit.clone(), reply))
             .await
-            .map_err(|e| Error::new(ErrorKind::Fatal, "workspace writer gone").with_source(e))?
             .map_err(|_| Error::new(ErrorKind::Fatal, "workspace writer stopped"))?;
         done.await.map_err(|_| Error::new(ErrorKind::Fatal, "workspace writer stopped"))?
     }

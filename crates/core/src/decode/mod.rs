@@ -338,7 +338,12 @@ impl TableBuilder {
         let column = &self.schema.columns()[i];
         let original = || raw.map_or_else(String::new, Value::to_string);
         if self.columns[i].len() > self.rows {
-            rejects.push(self.value_reject(ctx, i, original(), "duplicate field: another field of this event maps to the same column (flattening or letter case)"));
+            rejects.push(self.value_reject(
+                ctx,
+                i,
+                original(),
+                "duplicate field: another field of this event maps to the same column (flattening or letter case)",
+            ));
             return;
         }
         self.columns[i].pad(self.rows);

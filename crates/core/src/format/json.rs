@@ -46,10 +46,9 @@ pub fn decode_bytes(raw: &[u8]) -> Vec<Payload> {
     match serde_json::from_slice::<Value>(raw) {
         Ok(Value::Array(items)) => items.into_iter().map(event_or_invalid).collect(),
         Ok(value) => vec![event_or_invalid(value)],
-        Err(e) => vec![Payload::Invalid {
-            raw: String::from_utf8_lossy(raw).into_owned(),
-            reason: format!("not JSON: {e}"),
-        }],
+        Err(e) => {
+            vec![Payload::Invalid { raw: String::from_utf8_lossy(raw).into_owned(), reason: format!("not JSON: {e}") }]
+        }
     }
 }
 

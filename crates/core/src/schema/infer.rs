@@ -153,10 +153,7 @@ mod tests {
         assert_eq!(fit(ColumnType::Double, &json!(2)), Fit::Float(2.0));
         assert_eq!(fit(ColumnType::Varchar, &json!(2)), Fit::Text("2".into()));
         assert!(matches!(fit(ColumnType::Bigint, &json!("x")), Fit::Misfit(_)));
-        assert_eq!(
-            fit(ColumnType::Timestamptz, &json!("1970-01-01T00:00:01Z")),
-            Fit::Micros(1_000_000)
-        );
+        assert_eq!(fit(ColumnType::Timestamptz, &json!("1970-01-01T00:00:01Z")), Fit::Micros(1_000_000));
         assert!(matches!(fit(ColumnType::Boolean, &json!(1)), Fit::Misfit(_)));
     }
 }

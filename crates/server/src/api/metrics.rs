@@ -44,9 +44,15 @@ fn render(streams: &[(String, MetricsSnapshot)]) -> String {
         ("sluice_stream_batches_total", "counter", "Batches committed.", |m| m.batches as f64),
         ("sluice_stream_messages_per_second", "gauge", "Events per second over the last 10 s.", |m| m.messages_per_sec),
         ("sluice_stream_up", "gauge", "1 while the stream runs.", |m| f64::from(u8::from(m.state == "running"))),
-        ("sluice_stream_latency_p50_seconds", "gauge", "Receive-to-commit latency, p50 of recent chunks.", |m| m.latency_ms.p50 / 1000.0),
-        ("sluice_stream_latency_p99_seconds", "gauge", "Receive-to-commit latency, p99 of recent chunks.", |m| m.latency_ms.p99 / 1000.0),
-        ("sluice_stream_latency_max_seconds", "gauge", "Largest receive-to-commit latency since start.", |m| m.latency_ms.max / 1000.0),
+        ("sluice_stream_latency_p50_seconds", "gauge", "Receive-to-commit latency, p50 of recent chunks.", |m| {
+            m.latency_ms.p50 / 1000.0
+        }),
+        ("sluice_stream_latency_p99_seconds", "gauge", "Receive-to-commit latency, p99 of recent chunks.", |m| {
+            m.latency_ms.p99 / 1000.0
+        }),
+        ("sluice_stream_latency_max_seconds", "gauge", "Largest receive-to-commit latency since start.", |m| {
+            m.latency_ms.max / 1000.0
+        }),
     ];
     let mut out = String::new();
     for (name, kind, help, get) in families {
@@ -55,7 +61,8 @@ fn render(streams: &[(String, MetricsSnapshot)]) -> String {
             let _ = writeln!(out, "{name}{{stream=\"{}\"}} {}", escape(stream), get(m));
         }
     }
-    let _ = writeln!(out, "# HELP sluice_stream_last_event_timestamp_seconds Receive time of the newest committed event.");
+    let _ =
+        writeln!(out, "# HELP sluice_stream_last_event_timestamp_seconds Receive time of the newest committed event.");
     let _ = writeln!(out, "# TYPE sluice_stream_last_event_timestamp_seconds gauge");
     for (stream, m) in streams {
         if let Some(t) = m.last_event_time.as_deref().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()) {
