@@ -1,6 +1,5 @@
 # Sourced by every project script: one cargo target dir outside the clone, the prebuilt
 # DuckDB library, and the tools the build needs. Idempotent and quiet when all is in place.
-set -euo pipefail
 SLUICE_CACHE="${SLUICE_CACHE:-$HOME/.cache/sluice}"
 DUCKDB_VERSION=1.5.6
 DUCKDB_NPM="@duckdb/node-bindings-linux-x64@${DUCKDB_VERSION}-r.1"

@@ -1,13 +1,15 @@
 //! The run loop: read → decode → write → commit. The only place a position is committed.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::batch::{Checkpoint, Chunk, Record, WriteUnit};
 use crate::decode::Decoder;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::StreamMetrics;
 use crate::sink::Sink;
 use crate::source::Source;
@@ -61,36 +63,72 @@ pub struct Stream<'a> {
     /// Turns records into batches.
     pub decoder: &'a mut Decoder,
     /// Where batches go.
-    pub sink: &'a dyn Sink,
+    pub sink: Arc<dyn Sink>,
     /// Micro-batch rules.
     pub flush: &'a FlushConfig,
     /// Live metrics.
-    pub metrics: &'a StreamMetrics,
+    pub metrics: Arc<StreamMetrics>,
     /// Stops the loop between batches.
-    pub cancel: &'a CancellationToken,
+    pub cancel: CancellationToken,
 }
 
-/// Run a stream from `checkpoint` until the source ends or `cancel` fires. Returns the last
-/// durable checkpoint. An error that is not retryable stops the loop; retryable write errors
-/// are retried with backoff, the batch held unchanged.
-pub async fn run(mut s: Stream<'_>, mut checkpoint: Checkpoint) -> Result<Checkpoint> {
+/// A write handed to the sink and not yet known to be durable.
+struct InFlight {
+    task: JoinHandle<Result<()>>,
+    checkpoint: Checkpoint,
+    arrived: Vec<Instant>,
+}
+
+/// Run a stream from `checkpoint` until the source ends or `cancel` fires, and return the last
+/// durable checkpoint.
+///
+/// One write is in flight while the next batch is gathered and decoded, so decoding and the
+/// sink's work overlap; writes stay in order, and a position is committed upstream only after
+/// its write is durable. Retryable write errors are retried with backoff, the unit unchanged;
+/// any other error stops the loop (the caller restarts from the durable checkpoint, with a
+/// decoder rebuilt from the destination).
+pub async fn run(mut s: Stream<'_>, checkpoint: Checkpoint) -> Result<Checkpoint> {
     s.metrics.set_state("running", None);
+    let mut durable = checkpoint.clone();
+    let mut decoded_to = checkpoint;
+    let mut inflight: Option<InFlight> = None;
     loop {
         let first = tokio::select! {
-            _ = s.cancel.cancelled() => return Ok(checkpoint),
+            _ = s.cancel.cancelled() => break,
             chunk = s.source.next() => chunk?,
+            done = join(&mut inflight), if inflight.is_some() => {
+                durable = finish(&mut s, &mut inflight, done).await?;
+                continue;
+            }
         };
-        let Some(first) = first else { return Ok(checkpoint) };
-        let (chunks, ended) = gather(&mut s, first).await?;
-        checkpoint = write(&mut s, chunks, checkpoint).await?;
+        let Some(first) = first else { break };
+        let (chunks, ended) = gather(&mut s, first, &mut inflight, &mut durable).await?;
+        let (unit, arrived) = decode(&mut s, chunks, &decoded_to)?;
+        decoded_to = unit.checkpoint.clone();
+        if inflight.is_some() {
+            let done = join(&mut inflight).await;
+            durable = finish(&mut s, &mut inflight, done).await?;
+        }
+        inflight = Some(submit(&s, unit, arrived));
         if ended {
-            return Ok(checkpoint);
+            break;
         }
     }
+    if inflight.is_some() {
+        let done = join(&mut inflight).await;
+        durable = finish(&mut s, &mut inflight, done).await?;
+    }
+    Ok(durable)
 }
 
-/// Collect chunks until a flush rule fires. Returns them and whether the source ended.
-async fn gather(s: &mut Stream<'_>, first: Chunk) -> Result<(Vec<Chunk>, bool)> {
+/// Collect chunks until a flush rule fires, finishing an in-flight write meanwhile. Returns the
+/// chunks and whether the source ended.
+async fn gather(
+    s: &mut Stream<'_>,
+    first: Chunk,
+    inflight: &mut Option<InFlight>,
+    durable: &mut Checkpoint,
+) -> Result<(Vec<Chunk>, bool)> {
     let deadline = tokio::time::Instant::from_std(first.arrived + Duration::from_millis(s.flush.max_wait_ms));
     let linger = Duration::from_millis(s.flush.linger_ms);
     let mut rows = first.records.len();
@@ -98,30 +136,45 @@ async fn gather(s: &mut Stream<'_>, first: Chunk) -> Result<(Vec<Chunk>, bool)> 
     let mut chunks = vec![first];
     while rows < s.flush.max_rows && bytes < s.flush.max_bytes {
         let wake = deadline.min(tokio::time::Instant::now() + linger);
-        match tokio::time::timeout_at(wake, s.source.next()).await {
-            Ok(Ok(Some(chunk))) => {
-                rows += chunk.records.len();
-                bytes += chunk.bytes;
-                chunks.push(chunk);
+        tokio::select! {
+            next = tokio::time::timeout_at(wake, s.source.next()) => match next {
+                Ok(Ok(Some(chunk))) => {
+                    rows += chunk.records.len();
+                    bytes += chunk.bytes;
+                    chunks.push(chunk);
+                }
+                Ok(Ok(None)) => return Ok((chunks, true)),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => break,
+            },
+            done = join(inflight), if inflight.is_some() => {
+                *durable = finish(s, inflight, done).await?;
             }
-            Ok(Ok(None)) => return Ok((chunks, true)),
-            Ok(Err(e)) => return Err(e),
-            Err(_) => break,
         }
     }
     Ok((chunks, false))
 }
 
-/// Decode, write durably (retrying what may succeed), then commit the position upstream.
-async fn write(s: &mut Stream<'_>, chunks: Vec<Chunk>, checkpoint: Checkpoint) -> Result<Checkpoint> {
-    let Some(position) = chunks.last().map(|c| c.position.clone()) else { return Ok(checkpoint) };
+/// Turn chunks into one write unit that moves the stream from `from` onwards.
+fn decode(s: &mut Stream<'_>, chunks: Vec<Chunk>, from: &Checkpoint) -> Result<(WriteUnit, Vec<Instant>)> {
+    let position = chunks.last().map(|c| c.position.clone()).unwrap_or_else(|| from.position.clone());
     let arrived: Vec<Instant> = chunks.iter().map(|c| c.arrived).collect();
     let bytes: usize = chunks.iter().map(|c| c.bytes).sum();
     let records: Vec<Record> = chunks.into_iter().flat_map(|c| c.records).collect();
     let newest = records.iter().map(|r| r.meta.received_us).max();
-
-    let (decoded, pending) = s.decoder.decode(records, checkpoint.sequence + 1)?;
-    let mut totals = checkpoint.totals.clone();
+    let started = Instant::now();
+    let (decoded, pending) = s.decoder.decode(records, from.sequence + 1)?;
+    // The next batch decodes against these schemas. Should this write fail for good, the loop
+    // stops and the caller rebuilds the decoder from the destination.
+    s.decoder.commit(pending);
+    tracing::debug!(
+        stream = s.name,
+        rows = decoded.rows,
+        chunks = arrived.len(),
+        decode_ms = started.elapsed().as_secs_f64() * 1e3,
+        "Batch decoded."
+    );
+    let mut totals = from.totals.clone();
     totals.events_in += decoded.events;
     totals.rows_written += decoded.rows;
     totals.rejects += decoded.rejects.len() as u64;
@@ -132,29 +185,55 @@ async fn write(s: &mut Stream<'_>, chunks: Vec<Chunk>, checkpoint: Checkpoint) -
         stream: s.name.to_string(),
         tables: decoded.tables,
         rejects: decoded.rejects,
-        checkpoint: Checkpoint { position: position.clone(), sequence: decoded.last_sequence, totals },
+        checkpoint: Checkpoint { position, sequence: decoded.last_sequence, totals },
     };
+    Ok((unit, arrived))
+}
 
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        match s.sink.write(&unit).await {
-            Ok(()) => break,
-            Err(e) if e.is_retryable() && !s.cancel.is_cancelled() => {
-                tracing::warn!(stream = s.name, error = %e, "Write failed; retrying.");
-                s.metrics.set_state("retrying", Some(e.to_string()));
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(10));
-            }
-            Err(e) => {
-                s.source.abort(&e).await;
-                return Err(e);
+/// Hand a unit to the sink on its own task, retrying what may succeed.
+fn submit(s: &Stream<'_>, unit: WriteUnit, arrived: Vec<Instant>) -> InFlight {
+    let checkpoint = unit.checkpoint.clone();
+    let (sink, metrics, cancel, name) = (s.sink.clone(), s.metrics.clone(), s.cancel.clone(), s.name.to_string());
+    let task = tokio::spawn(async move {
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match sink.write(&unit).await {
+                Ok(()) => break,
+                Err(e) if e.is_retryable() && !cancel.is_cancelled() => {
+                    tracing::warn!(stream = %name, error = %e, "Write failed; retrying.");
+                    metrics.set_state("retrying", Some(e.to_string()));
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+                Err(e) => return Err(e),
             }
         }
+        tracing::debug!(stream = %name, write_ms = started.elapsed().as_secs_f64() * 1e3, "Batch written.");
+        Ok(())
+    });
+    InFlight { task, checkpoint, arrived }
+}
+
+/// Wait for the in-flight write; pending forever when there is none (for `select!` guards).
+async fn join(inflight: &mut Option<InFlight>) -> Result<()> {
+    match inflight {
+        Some(f) => (&mut f.task).await.map_err(|e| Error::new(ErrorKind::Fatal, "write task failed").with_source(e))?,
+        None => std::future::pending().await,
     }
-    s.decoder.commit(pending);
+}
+
+/// The in-flight write ended: on success commit its position upstream (the only place a
+/// position is committed) and return the new durable checkpoint.
+async fn finish(s: &mut Stream<'_>, inflight: &mut Option<InFlight>, done: Result<()>) -> Result<Checkpoint> {
+    let Some(f) = inflight.take() else { return Err(Error::new(ErrorKind::Fatal, "no write in flight")) };
+    if let Err(e) = done {
+        s.source.abort(&e).await;
+        return Err(e);
+    }
     let now = Instant::now();
-    let latencies: Vec<Duration> = arrived.iter().map(|a| now.duration_since(*a)).collect();
-    s.metrics.committed(&unit.checkpoint.totals, &latencies);
-    s.source.commit(&position).await?;
-    Ok(unit.checkpoint)
+    let latencies: Vec<Duration> = f.arrived.iter().map(|a| now.duration_since(*a)).collect();
+    s.metrics.committed(&f.checkpoint.totals, &latencies);
+    s.source.commit(&f.checkpoint.position).await?;
+    Ok(f.checkpoint)
 }

@@ -13,6 +13,9 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The default API address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 

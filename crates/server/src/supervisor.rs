@@ -165,10 +165,10 @@ async fn supervise(
             name: &config.name,
             source: source.as_mut(),
             decoder: &mut decoder,
-            sink: &workspace,
+            sink: Arc::new(workspace.clone()),
             flush: &config.flush,
-            metrics: &metrics,
-            cancel: &cancel,
+            metrics: metrics.clone(),
+            cancel: cancel.clone(),
         };
         match pipeline::run(stream, checkpoint.clone()).await {
             Ok(_) => return,

@@ -14,6 +14,9 @@ use sluice_core::{Error, ErrorKind, Result};
 pub use query::{QueryResult, check_read_only, query_connection};
 pub use state::StoredStream;
 
+/// WAL size at which DuckDB checkpoints (see `Workspace::open`).
+pub const WAL_CHECKPOINT: &str = "256MB";
+
 /// Internal tables live in this schema; user tables in `main`.
 pub const SCHEMA: &str = "sluice";
 
@@ -49,6 +52,10 @@ impl Workspace {
         let path = dir.join("workspace.duckdb");
         let conn = Connection::open(&path).map_err(|e| open_error(&path, e))?;
         conn.execute_batch(BOOTSTRAP).map_err(db_error)?;
+        // DuckDB checkpoints the WAL into the database file when it reaches this size, and a
+        // checkpoint holds up commits. At the default 16 MB a stream at tens of MB/s
+        // checkpoints every second; 256 MB trades that for a longer WAL replay after a crash.
+        conn.execute_batch(&format!("SET wal_autocheckpoint = '{WAL_CHECKPOINT}'")).map_err(db_error)?;
         let writer = sink::Writer::start(conn.try_clone().map_err(db_error)?)?;
         Ok(Self { path, base: Arc::new(Mutex::new(conn)), writer })
     }
@@ -111,4 +118,19 @@ pub(crate) fn db_error(e: duckdb::Error) -> Error {
     let kind =
         if text.contains("Conflict") || text.contains("conflict") { ErrorKind::Transient } else { ErrorKind::Fatal };
     Error::new(kind, "workspace error").with_source(e)
+}
+
+/// Load an NDJSON file with DuckDB's own `read_json_auto` into a fresh database in `dir`; the
+/// limit `sluice bench` compares against. `options` is appended to the call, for example
+/// `sample_size = -1` so that DuckDB scans the whole file for its schema. Returns the rows.
+pub fn load_json_file(dir: &Path, json: &Path, options: &str) -> Result<u64> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::new(ErrorKind::Config, "cannot create bench dir").with_source(e))?;
+    let conn = Connection::open(dir.join("baseline.duckdb")).map_err(db_error)?;
+    let file = json.display().to_string().replace('\'', "''");
+    let options = if options.is_empty() { String::new() } else { format!(", {options}") };
+    conn.execute_batch(&format!("CREATE TABLE events AS SELECT * FROM read_json_auto('{file}'{options})"))
+        .map_err(db_error)?;
+    conn.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0)).map(|n| n as u64).map_err(db_error)
 }

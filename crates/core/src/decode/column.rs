@@ -60,13 +60,13 @@ impl ColumnBuilder {
 
     /// Append a value that [`crate::schema::fit`] found fitting this column's type. A value of
     /// another shape becomes NULL; the decoder never produces one.
-    pub(crate) fn push(&mut self, value: Fit) {
+    pub(crate) fn push(&mut self, value: Fit<'_>) {
         match (self, value) {
             (Self::Bool(b), Fit::Bool(v)) => b.append_value(v),
             (Self::Int(b), Fit::Int(v)) => b.append_value(v),
             (Self::Float(b), Fit::Float(v)) => b.append_value(v),
             (Self::Float(b), Fit::Int(v)) => b.append_value(v as f64),
-            (Self::Text(b), Fit::Text(v)) => b.append_value(v),
+            (Self::Text(b), Fit::Text(v)) => b.append_value(v.as_ref()),
             (Self::Micros(b), Fit::Micros(v)) => b.append_value(v),
             (Self::Days(b), Fit::Days(v)) => b.append_value(v),
             (Self::Bool(b), _) => b.append_null(),

@@ -186,7 +186,7 @@ struct TableBuilder {
     schema: TableSchema,
     columns: Vec<ColumnBuilder>,
     /// Index into `changes` of the Create or Add that introduced a column in this batch.
-    introduced: HashMap<usize, usize>,
+    introduced: foldhash::HashMap<usize, usize>,
     changes: Vec<SchemaChange>,
     rows: usize,
     path: String,
@@ -199,7 +199,7 @@ impl TableBuilder {
         Self {
             schema,
             columns,
-            introduced: HashMap::new(),
+            introduced: foldhash::HashMap::default(),
             changes: Vec::new(),
             rows: 0,
             path: String::new(),
@@ -237,11 +237,11 @@ impl TableBuilder {
             self.put_typed(ctx, "_position", ColumnType::Bigint, Fit::Int(ctx.seq), rejects);
         }
         if m.key {
-            let v = meta.key.clone().map_or(Fit::Null, Fit::Text);
+            let v = meta.key.as_deref().map_or(Fit::Null, |k| Fit::Text(k.into()));
             self.put_typed(ctx, "_key", ColumnType::Varchar, v, rejects);
         }
         if m.partition {
-            let v = meta.partition.clone().map_or(Fit::Null, Fit::Text);
+            let v = meta.partition.as_deref().map_or(Fit::Null, |p| Fit::Text(p.into()));
             self.put_typed(ctx, "_partition", ColumnType::Varchar, v, rejects);
         }
         if m.offset {
@@ -329,12 +329,12 @@ impl TableBuilder {
         self.store(ctx, i, fitted, Some(value), rejects);
     }
 
-    fn put_typed(&mut self, ctx: &Ctx, name: &str, ty: ColumnType, value: Fit, rejects: &mut Vec<Reject>) {
+    fn put_typed(&mut self, ctx: &Ctx, name: &str, ty: ColumnType, value: Fit<'_>, rejects: &mut Vec<Reject>) {
         let i = self.column(name, ty);
         self.store(ctx, i, value, None, rejects);
     }
 
-    fn store(&mut self, ctx: &Ctx, i: usize, value: Fit, raw: Option<&Value>, rejects: &mut Vec<Reject>) {
+    fn store(&mut self, ctx: &Ctx, i: usize, value: Fit<'_>, raw: Option<&Value>, rejects: &mut Vec<Reject>) {
         let column = &self.schema.columns()[i];
         let original = || raw.map_or_else(String::new, Value::to_string);
         if self.columns[i].len() > self.rows {

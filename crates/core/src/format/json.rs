@@ -70,8 +70,10 @@ fn split_lines(body: &[u8]) -> Result<Vec<Payload>, BodyError> {
                 out.push(event_or_invalid(value));
             }
             Err(e) => {
-                let mut err = body_error(line, line_start, &e);
+                let leading = line.len() - line.trim_ascii_start().len();
+                let mut err = body_error(trimmed, line_start + leading, &e);
                 err.line = i + 1;
+                err.column += leading;
                 out.push(Payload::Invalid {
                     raw: String::from_utf8_lossy(trimmed).into_owned(),
                     reason: format!("line {}: not JSON: {}", i + 1, err.reason),

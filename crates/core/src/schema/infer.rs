@@ -1,5 +1,7 @@
 //! Inference: which column type a JSON value suggests, and whether a value fits a column.
 
+use std::borrow::Cow;
+
 use chrono::{DateTime, NaiveDate};
 use serde_json::Value;
 
@@ -58,7 +60,7 @@ pub fn kind_of(value: &Value) -> ValueKind {
 
 /// How a value goes into a column of a given type.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Fit {
+pub enum Fit<'a> {
     /// Store as NULL (the value was null).
     Null,
     /// Store this boolean.
@@ -68,7 +70,7 @@ pub enum Fit {
     /// Store this float.
     Float(f64),
     /// Store this text.
-    Text(String),
+    Text(Cow<'a, str>),
     /// Store this instant (UTC microseconds).
     Micros(i64),
     /// Store this date (days since the epoch).
@@ -80,7 +82,7 @@ pub enum Fit {
 }
 
 /// Decide how `value` goes into a column of type `ty`.
-pub fn fit(ty: ColumnType, value: &Value) -> Fit {
+pub fn fit(ty: ColumnType, value: &Value) -> Fit<'_> {
     match (ty, value) {
         (_, Value::Null) => Fit::Null,
         (ColumnType::Boolean, Value::Bool(b)) => Fit::Bool(*b),
@@ -93,10 +95,10 @@ pub fn fit(ty: ColumnType, value: &Value) -> Fit {
             Some(f) => Fit::Float(f),
             None => Fit::Misfit("number out of range for DOUBLE"),
         },
-        (ColumnType::Varchar, Value::String(s)) => Fit::Text(s.clone()),
-        (ColumnType::Varchar, Value::Bool(_) | Value::Number(_)) => Fit::Text(value.to_string()),
-        (ColumnType::Varchar, Value::Array(_) | Value::Object(_)) => Fit::Text(value.to_string()),
-        (ColumnType::Json, _) => Fit::Text(value.to_string()),
+        (ColumnType::Varchar, Value::String(s)) => Fit::Text(Cow::Borrowed(s)),
+        (ColumnType::Varchar, Value::Bool(_) | Value::Number(_)) => Fit::Text(Cow::Owned(value.to_string())),
+        (ColumnType::Varchar, Value::Array(_) | Value::Object(_)) => Fit::Text(Cow::Owned(value.to_string())),
+        (ColumnType::Json, _) => Fit::Text(Cow::Owned(value.to_string())),
         (ColumnType::Timestamptz, Value::String(s)) => match parse_timestamp(s) {
             Some(us) => Fit::Micros(us),
             None => Fit::Misfit("not an RFC 3339 timestamp"),
@@ -151,7 +153,7 @@ mod tests {
     fn fits() {
         assert_eq!(fit(ColumnType::Bigint, &json!(2.5)), Fit::Widen(2.5));
         assert_eq!(fit(ColumnType::Double, &json!(2)), Fit::Float(2.0));
-        assert_eq!(fit(ColumnType::Varchar, &json!(2)), Fit::Text("2".into()));
+        assert_eq!(fit(ColumnType::Varchar, &json!(2)), Fit::Text(Cow::Borrowed("2")));
         assert!(matches!(fit(ColumnType::Bigint, &json!("x")), Fit::Misfit(_)));
         assert_eq!(fit(ColumnType::Timestamptz, &json!("1970-01-01T00:00:01Z")), Fit::Micros(1_000_000));
         assert!(matches!(fit(ColumnType::Boolean, &json!(1)), Fit::Misfit(_)));

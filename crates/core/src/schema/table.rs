@@ -1,6 +1,6 @@
 //! A table's columns as the decoder knows them, and the changes that evolve them.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use serde::{Deserialize, Serialize};
 

@@ -1,16 +1,246 @@
-//! `sluice bench`: push generated events through the real endpoint.
+//! `sluice bench`: push generated events through the real endpoint of a real server process,
+//! and load the same events with DuckDB's own `read_json_auto` as the limit to compare with.
+
+mod events;
+mod report;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use clap::Args;
+use serde_json::{Value, json};
+
+use report::Report;
 
 /// Bench options.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Events to push.
+    /// Events in the throughput run.
     #[arg(long, default_value_t = 1_000_000)]
     pub events: usize,
+    /// Events per push request.
+    #[arg(long, default_value_t = 1000)]
+    pub batch: usize,
+    /// Concurrent clients in the throughput run.
+    #[arg(long, default_value_t = 4)]
+    pub clients: usize,
+    /// Offered rate of the latency run, events per second.
+    #[arg(long, default_value_t = 50_000)]
+    pub rate: usize,
+    /// Length of the latency run, seconds.
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    /// Events per push request in the latency run.
+    #[arg(long, default_value_t = 500)]
+    pub latency_batch: usize,
+    /// Scratch folder (removed afterwards).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
 }
 
-/// Run the benchmark.
-pub async fn run(_args: BenchArgs) -> Result<(), String> {
-    Err("not yet".into())
+/// Run the benchmark and print the report.
+pub async fn run(args: BenchArgs) -> Result<(), String> {
+    let dir =
+        args.dir.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("sluice-bench-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let result = bench(&args, &dir).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let report = result?;
+    println!("{report}");
+    Ok(())
+}
+
+async fn bench(args: &BenchArgs, dir: &Path) -> Result<Report, String> {
+    eprintln!("generating {} events", args.events);
+    let (lines, misfits) = events::generate(args.events);
+    let bytes: usize = lines.iter().map(|l| l.len() + 1).sum();
+    let json_path = dir.join("events.ndjson");
+    std::fs::write(&json_path, lines.join("\n")).map_err(|e| e.to_string())?;
+
+    eprintln!("DuckDB read_json_auto load (the limit)");
+    let baseline = dir.join("duckdb-baseline");
+    let t = Instant::now();
+    let default_load = sluice_connectors::workspace::load_json_file(&baseline, &json_path, "")
+        .map(|_| t.elapsed().as_secs_f64())
+        .map_err(|e| e.to_string().lines().next().unwrap_or_default().to_string());
+    let t = Instant::now();
+    let loaded = sluice_connectors::workspace::load_json_file(&baseline, &json_path, "sample_size = -1")
+        .map_err(|e| format!("DuckDB baseline: {e}"))?;
+    let duckdb_secs = t.elapsed().as_secs_f64();
+    drop(std::fs::remove_file(&json_path));
+
+    let server = ServerProcess::start(&dir.join("sluice-data")).await?;
+    let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().map_err(|e| e.to_string())?;
+    let key = server.create_stream(&http, "bench").await?;
+    let bodies: Arc<Vec<String>> = Arc::new(lines.chunks(args.batch).map(|c| c.join("\n")).collect());
+    drop(lines);
+
+    eprintln!("throughput: {} events in pushes of {} from {} clients", args.events, args.batch, args.clients);
+    let next = Arc::new(AtomicUsize::new(0));
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.clients {
+        let (http, url, key, bodies, next) =
+            (http.clone(), server.push_url("bench"), key.clone(), bodies.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(body) = bodies.get(i) else { return Ok::<_, String>(latencies) };
+                let sent = Instant::now();
+                let r = http.post(&url).bearer_auth(&key).body(body.clone()).send().await.map_err(|e| e.to_string())?;
+                if r.status() != 202 {
+                    return Err(format!("push answered {}", r.status()));
+                }
+                latencies.push(sent.elapsed());
+            }
+        }));
+    }
+    let mut push_latencies = Vec::new();
+    for task in tasks {
+        push_latencies.extend(task.await.map_err(|e| e.to_string())??);
+    }
+    let sluice_secs = t.elapsed().as_secs_f64();
+    let stored = server.count(&http, "bench").await?;
+    if stored != args.events as i64 {
+        return Err(format!("stored {stored} rows, pushed {}", args.events));
+    }
+
+    eprintln!("latency: {} events/s for {} s in pushes of {}", args.rate, args.seconds, args.latency_batch);
+    let latency = latency_run(args, &server, &http, &key).await?;
+    let stored_after = server.count(&http, "bench").await?;
+    let peak_rss_kib = server.peak_rss_kib();
+    server.stop();
+
+    Ok(Report {
+        events: args.events,
+        bytes,
+        misfits,
+        duckdb_rows: loaded,
+        duckdb_default: default_load,
+        duckdb_secs,
+        sluice_secs,
+        throughput_push_latencies: push_latencies,
+        latency_rate: args.rate,
+        latency_events: (stored_after - stored) as usize,
+        latency,
+        peak_rss_kib,
+        clients: args.clients,
+        batch: args.batch,
+    })
+}
+
+/// Open-loop pushes at a fixed rate: each request's send→202 time is its push→queryable
+/// latency, since a 202 is answered only after the rows are committed.
+async fn latency_run(
+    args: &BenchArgs,
+    server: &ServerProcess,
+    http: &reqwest::Client,
+    key: &str,
+) -> Result<Vec<Duration>, String> {
+    let (lines, _) = events::generate(args.rate * args.seconds as usize);
+    let bodies: Vec<String> = lines.chunks(args.latency_batch).map(|c| c.join("\n")).collect();
+    let interval = Duration::from_secs_f64(args.latency_batch as f64 / args.rate as f64);
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::with_capacity(bodies.len());
+    for (i, body) in bodies.into_iter().enumerate() {
+        tokio::time::sleep_until(start + interval * i as u32).await;
+        let (http, url, key) = (http.clone(), server.push_url("bench"), key.to_string());
+        tasks.push(tokio::spawn(async move {
+            let sent = Instant::now();
+            let r = http.post(&url).bearer_auth(&key).body(body).send().await.map_err(|e| e.to_string())?;
+            if r.status() != 202 {
+                return Err(format!("push answered {}", r.status()));
+            }
+            Ok(sent.elapsed())
+        }));
+    }
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.map_err(|e| e.to_string())??);
+    }
+    Ok(out)
+}
+
+/// A `sluice serve` child process.
+struct ServerProcess {
+    child: Child,
+    base: String,
+}
+
+impl ServerProcess {
+    async fn start(data_dir: &Path) -> Result<Self, String> {
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let child = Command::new(exe)
+            .args(["serve", "--data-dir"])
+            .arg(data_dir)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", std::env::var("SLUICE_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let server = Self { child, base: format!("http://127.0.0.1:{port}") };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while reqwest::get(format!("{}/health", server.base)).await.is_err() {
+            if Instant::now() > deadline {
+                return Err("the server did not start".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(server)
+    }
+
+    fn push_url(&self, stream: &str) -> String {
+        format!("{}/api/streams/{stream}/push", self.base)
+    }
+
+    async fn create_stream(&self, http: &reqwest::Client, name: &str) -> Result<String, String> {
+        let r = http
+            .post(format!("{}/api/streams", self.base))
+            .json(&json!({"name": name, "table": name}))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let body: Value = r.json().await.map_err(|e| e.to_string())?;
+        body["push_key"].as_str().map(str::to_string).ok_or_else(|| format!("create failed: {body}"))
+    }
+
+    async fn count(&self, http: &reqwest::Client, table: &str) -> Result<i64, String> {
+        let r = http
+            .post(format!("{}/api/sql", self.base))
+            .json(&json!({"sql": format!("SELECT count(*) AS n FROM \"{table}\"")}))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let body: Value = r.json().await.map_err(|e| e.to_string())?;
+        body["rows"][0]["n"].as_i64().ok_or_else(|| format!("count failed: {body}"))
+    }
+
+    /// Peak resident set size (VmHWM) of the server, KiB.
+    fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
