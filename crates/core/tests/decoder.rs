@@ -1,0 +1,114 @@
+//! Decoder golden cases: records in, schema changes, rows and rejects out.
+
+use std::collections::HashMap;
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::Int64Type;
+use serde_json::{Value, json};
+use sluice_core::schema::{Column, SchemaChange};
+use sluice_core::{ColumnType, Decoder, MetadataConfig, Payload, Record, RecordMeta, TableSchema};
+
+fn rec(v: Value) -> Record {
+    Record { payload: Payload::Json(v), meta: RecordMeta { received_us: 7, ..RecordMeta::default() } }
+}
+
+fn col(name: &str, ty: ColumnType) -> Column {
+    Column { name: name.into(), ty }
+}
+
+#[test]
+fn first_batch_creates_with_batch_order_and_types() {
+    let mut d = Decoder::new("t".into(), MetadataConfig::default(), HashMap::new());
+    let (out, pending) =
+        d.decode(vec![rec(json!({"b": 1, "a": {"x": true}})), rec(json!({"c": "2024-01-01T00:00:00Z", "b": 2}))], 1).unwrap();
+    d.commit(pending);
+    assert_eq!(out.events, 2);
+    assert_eq!(out.last_sequence, 2);
+    let w = &out.tables[0];
+    assert_eq!(
+        w.changes,
+        vec![SchemaChange::Create(vec![
+            col("b", ColumnType::Bigint),
+            col("a__x", ColumnType::Boolean),
+            col("c", ColumnType::Timestamptz)
+        ])]
+    );
+    assert_eq!(w.data.num_rows(), 2);
+    assert_eq!(w.data.column(2).null_count(), 1);
+
+    // Next batch: an existing table only gets additions.
+    let (out, _) = d.decode(vec![rec(json!({"b": 3, "d": [1]}))], 3).unwrap();
+    assert_eq!(out.tables[0].changes, vec![SchemaChange::Add(col("d", ColumnType::Json))]);
+    assert_eq!(out.tables[0].data.num_columns(), 4);
+}
+
+#[test]
+fn widening_inside_a_new_column_and_on_an_existing_one() {
+    let mut d = Decoder::new("t".into(), MetadataConfig::default(), HashMap::new());
+    let (out, pending) = d.decode(vec![rec(json!({"p": 1})), rec(json!({"p": 1.5}))], 1).unwrap();
+    d.commit(pending);
+    assert_eq!(out.tables[0].changes, vec![SchemaChange::Create(vec![col("p", ColumnType::Double)])]);
+    let existing = TableSchema::existing(vec![col("q", ColumnType::Bigint)]);
+    let d = Decoder::new("t".into(), MetadataConfig::default(), HashMap::from([("t".to_string(), existing)]));
+    let (out, _) = d.decode(vec![rec(json!({"q": 2})), rec(json!({"q": 2.5}))], 1).unwrap();
+    assert_eq!(out.tables[0].changes, vec![SchemaChange::Widen(col("q", ColumnType::Double))]);
+    let values = out.tables[0].data.column(0).as_primitive::<arrow::datatypes::Float64Type>();
+    assert_eq!((values.value(0), values.value(1)), (2.0, 2.5));
+}
+
+#[test]
+fn misfits_duplicates_and_bad_events_are_ledger_rows() {
+    let existing = TableSchema::existing(vec![col("n", ColumnType::Bigint), col("flag", ColumnType::Boolean)]);
+    let d = Decoder::new("t".into(), MetadataConfig::default(), HashMap::from([("t".to_string(), existing)]));
+    let records = vec![
+        rec(json!({"n": "x", "flag": 1})),
+        rec(json!({"N": 5, "n": 6})),
+        Record {
+            payload: Payload::Invalid { raw: "oops".into(), reason: "not JSON".into() },
+            meta: RecordMeta::default(),
+        },
+        rec(json!({"": 1})),
+    ];
+    let (out, _) = d.decode(records, 10).unwrap();
+    let reasons: Vec<(Option<String>, String, i64)> =
+        out.rejects.iter().map(|r| (r.column.clone(), r.value.clone(), r.sequence)).collect();
+    assert_eq!(
+        reasons,
+        vec![
+            (Some("n".into()), "\"x\"".into(), 10),
+            (Some("flag".into()), "1".into(), 10),
+            (Some("n".into()), "6".into(), 11),
+            (None, "oops".into(), 12),
+            (None, "1".into(), 13),
+        ]
+    );
+    assert_eq!(out.rows, 3, "the invalid event is not a row; the others are");
+    let n = out.tables[0].data.column(0).as_primitive::<Int64Type>();
+    assert!(n.is_null(0));
+    assert_eq!(n.value(1), 5);
+}
+
+#[test]
+fn metadata_columns_and_templates() {
+    let meta = MetadataConfig { received_at: true, position: true, key: true, partition: true, offset: true, event_time: true };
+    let d = Decoder::new("events_*".into(), meta, HashMap::new());
+    let record = Record {
+        payload: Payload::Bytes(bytes::Bytes::from_static(br#"[{"a": 1}, {"a": 2}]"#)),
+        meta: RecordMeta {
+            received_us: 1,
+            key: Some("k".into()),
+            partition: Some("0".into()),
+            offset: Some(42),
+            event_time_us: Some(5),
+            route: Some("orders".into()),
+        },
+    };
+    let (out, _) = d.decode(vec![record], 1).unwrap();
+    let w = &out.tables[0];
+    assert_eq!(w.table, "events_orders");
+    let schema = w.data.schema();
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(names, ["_received_at", "_position", "_key", "_partition", "_offset", "_event_time", "a"]);
+    let pos = w.data.column(1).as_primitive::<Int64Type>();
+    assert_eq!((pos.value(0), pos.value(1)), (1, 2));
+}
