@@ -112,3 +112,14 @@ fn metadata_columns_and_templates() {
     let pos = w.data.column(1).as_primitive::<Int64Type>();
     assert_eq!((pos.value(0), pos.value(1)), (1, 2));
 }
+
+#[test]
+fn columns_are_capped() {
+    let d = Decoder::new("t".into(), MetadataConfig::default(), HashMap::new());
+    let wide: serde_json::Map<String, Value> =
+        (0..sluice_core::decode::MAX_COLUMNS + 5).map(|i| (format!("f{i}"), json!(i))).collect();
+    let (out, _) = d.decode(vec![rec(Value::Object(wide))], 1).unwrap();
+    assert_eq!(out.tables[0].data.num_columns(), sluice_core::decode::MAX_COLUMNS);
+    assert_eq!(out.rejects.len(), 5);
+    assert!(out.rejects[0].reason.contains("maximum"));
+}

@@ -20,6 +20,9 @@ use column::ColumnBuilder;
 
 /// Object nesting flattened into columns; deeper objects are kept as JSON.
 pub const MAX_DEPTH: usize = 4;
+/// Most columns a table gets; fields beyond it go to the ledger instead of widening the table
+/// without bound.
+pub const MAX_COLUMNS: usize = 2000;
 /// Separator between a parent and a child field in a flattened column name.
 pub const SEPARATOR: &str = "__";
 
@@ -319,6 +322,19 @@ impl TableBuilder {
         let i = match self.schema.find(name) {
             Some(i) => i,
             None => match kind_of(value).column_type() {
+                Some(_) if self.schema.columns().len() >= MAX_COLUMNS => {
+                    rejects.push(Reject {
+                        table: ctx.table.to_string(),
+                        column: Some(name.to_string()),
+                        expected: None,
+                        value: value.to_string(),
+                        sequence: ctx.seq,
+                        reason: format!("the table already has the maximum of {MAX_COLUMNS} columns"),
+                        received_us: ctx.meta.received_us,
+                        source: source_coordinates(ctx.meta),
+                    });
+                    return;
+                }
                 Some(ty) => self.column(name, ty),
                 // A field seen only as null gets its column once a typed value arrives.
                 None => return,
