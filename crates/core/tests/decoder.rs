@@ -19,8 +19,9 @@ fn col(name: &str, ty: ColumnType) -> Column {
 #[test]
 fn first_batch_creates_with_batch_order_and_types() {
     let mut d = Decoder::new("t".into(), MetadataConfig::default(), HashMap::new());
-    let (out, pending) =
-        d.decode(vec![rec(json!({"b": 1, "a": {"x": true}})), rec(json!({"c": "2024-01-01T00:00:00Z", "b": 2}))], 1).unwrap();
+    let (out, pending) = d
+        .decode(vec![rec(json!({"b": 1, "a": {"x": true}})), rec(json!({"c": "2024-01-01T00:00:00Z", "b": 2}))], 1)
+        .unwrap();
     d.commit(pending);
     assert_eq!(out.events, 2);
     assert_eq!(out.last_sequence, 2);
@@ -90,7 +91,14 @@ fn misfits_duplicates_and_bad_events_are_ledger_rows() {
 
 #[test]
 fn metadata_columns_and_templates() {
-    let meta = MetadataConfig { received_at: true, position: true, key: true, partition: true, offset: true, event_time: true };
+    let meta = MetadataConfig {
+        received_at: true,
+        position: true,
+        key: true,
+        partition: true,
+        offset: true,
+        event_time: true,
+    };
     let d = Decoder::new("events_*".into(), meta, HashMap::new());
     let record = Record {
         payload: Payload::Bytes(bytes::Bytes::from_static(br#"[{"a": 1}, {"a": 2}]"#)),
