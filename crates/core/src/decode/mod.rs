@@ -84,8 +84,9 @@ impl Decoder {
 
     /// Decode `records`; the first event gets sequence `next_sequence`.
     ///
-    /// The schemas held here move forward only when the caller reports the write durable with
-    /// [`Decoder::commit`]; until then a retry decodes against the same schemas.
+    /// The schemas held here move forward only with [`Decoder::commit`]. The run loop commits
+    /// right after decoding, so the next batch can be decoded while this one is written; if the
+    /// write then fails for good, the decoder is rebuilt from the destination.
     pub fn decode(&self, records: Vec<Record>, next_sequence: i64) -> Result<(Decoded, Pending)> {
         let mut out = Decoded { last_sequence: next_sequence - 1, ..Decoded::default() };
         let mut builders: HashMap<String, TableBuilder> = HashMap::new();
@@ -108,20 +109,17 @@ impl Decoder {
                         builders.entry(table.clone()).or_insert_with(|| TableBuilder::new(schema))
                     }
                 };
+                let ctx = Ctx { table: &table, meta: &record.meta, seq };
                 match payload {
                     Payload::Json(Value::Object(map)) => {
-                        builder.push_event(&table, &self.metadata, &record.meta, &map, seq, &mut out.rejects);
+                        builder.push_event(&ctx, &self.metadata, &map, &mut out.rejects);
                     }
                     Payload::Invalid { raw, reason } => {
-                        out.rejects.push(whole_reject(&table, raw, reason, seq, &record.meta));
+                        out.rejects.push(ctx.reject(None, None, raw, reason));
                     }
-                    Payload::Json(other) => out.rejects.push(whole_reject(
-                        &table,
-                        other.to_string(),
-                        "expected a JSON object".into(),
-                        seq,
-                        &record.meta,
-                    )),
+                    Payload::Json(other) => {
+                        out.rejects.push(ctx.reject(None, None, other.to_string(), "expected a JSON object"));
+                    }
                     Payload::Bytes(_) => return Err(Error::new(ErrorKind::Fatal, "nested raw payload")),
                 }
             }
@@ -152,19 +150,6 @@ impl Decoder {
 #[derive(Debug, Default)]
 pub struct Pending {
     schemas: Vec<(String, TableSchema)>,
-}
-
-fn whole_reject(table: &str, value: String, reason: String, sequence: i64, meta: &RecordMeta) -> Reject {
-    Reject {
-        table: table.to_string(),
-        column: None,
-        expected: None,
-        value,
-        sequence,
-        reason,
-        received_us: meta.received_us,
-        source: source_coordinates(meta),
-    }
 }
 
 fn source_coordinates(meta: &RecordMeta) -> Option<Value> {
@@ -212,21 +197,17 @@ impl TableBuilder {
 
     fn push_event(
         &mut self,
-        table: &str,
+        ctx: &Ctx,
         metadata: &MetadataConfig,
-        meta: &RecordMeta,
         map: &Map<String, Value>,
-        seq: i64,
         rejects: &mut Vec<Reject>,
     ) {
-        let ctx = Ctx { table, meta, seq };
-        let before = self.columns.iter().filter(|c| c.len() > self.rows).count();
-        self.push_metadata(&ctx, metadata, rejects);
+        self.push_metadata(ctx, metadata, rejects);
         self.path.clear();
-        self.walk(&ctx, map, 0, rejects);
-        let after = self.columns.iter().filter(|c| c.len() > self.rows).count();
-        if after == before && self.schema.columns().is_empty() {
-            self.empty_rows.push((seq, meta.clone()));
+        self.walk(ctx, map, 0, rejects);
+        // Still no column at all: this event had nothing to store (and no metadata is on).
+        if self.schema.columns().is_empty() {
+            self.empty_rows.push((ctx.seq, ctx.meta.clone()));
         }
         self.rows += 1;
     }
@@ -269,16 +250,12 @@ impl TableBuilder {
                     self.walk(ctx, inner, depth + 1, rejects);
                 }
                 _ if self.path.is_empty() => {
-                    rejects.push(Reject {
-                        table: ctx.table.to_string(),
-                        column: None,
-                        expected: None,
-                        value: value.to_string(),
-                        sequence: ctx.seq,
-                        reason: "field name is empty; SQL has no empty column name".into(),
-                        received_us: ctx.meta.received_us,
-                        source: source_coordinates(ctx.meta),
-                    });
+                    rejects.push(ctx.reject(
+                        None,
+                        None,
+                        value.to_string(),
+                        "field name is empty; SQL has no empty column name",
+                    ));
                 }
                 _ => {
                     let path = std::mem::take(&mut self.path);
@@ -323,16 +300,8 @@ impl TableBuilder {
             Some(i) => i,
             None => match kind_of(value).column_type() {
                 Some(_) if self.schema.columns().len() >= MAX_COLUMNS => {
-                    rejects.push(Reject {
-                        table: ctx.table.to_string(),
-                        column: Some(name.to_string()),
-                        expected: None,
-                        value: value.to_string(),
-                        sequence: ctx.seq,
-                        reason: format!("the table already has the maximum of {MAX_COLUMNS} columns"),
-                        received_us: ctx.meta.received_us,
-                        source: source_coordinates(ctx.meta),
-                    });
+                    let reason = format!("the table already has the maximum of {MAX_COLUMNS} columns");
+                    rejects.push(ctx.reject(Some(name), None, value.to_string(), reason));
                     return;
                 }
                 Some(ty) => self.column(name, ty),
@@ -394,16 +363,7 @@ impl TableBuilder {
 
     fn value_reject(&self, ctx: &Ctx, i: usize, value: String, reason: &str) -> Reject {
         let column = &self.schema.columns()[i];
-        Reject {
-            table: ctx.table.to_string(),
-            column: Some(column.name.clone()),
-            expected: Some(column.ty),
-            value,
-            sequence: ctx.seq,
-            reason: reason.to_string(),
-            received_us: ctx.meta.received_us,
-            source: source_coordinates(ctx.meta),
-        }
+        ctx.reject(Some(&column.name), Some(column.ty), value, reason)
     }
 
     /// The batch (if the table has columns), the schema it moves the table to, and rejects for
@@ -412,13 +372,9 @@ impl TableBuilder {
         let mut rejects = Vec::new();
         if self.schema.columns().is_empty() {
             for (seq, meta) in &self.empty_rows {
-                rejects.push(whole_reject(
-                    table,
-                    "{}".into(),
-                    "event has no non-null fields and the table has no columns yet".into(),
-                    *seq,
-                    meta,
-                ));
+                let ctx = Ctx { table, meta, seq: *seq };
+                let reason = "event has no non-null fields and the table has no columns yet";
+                rejects.push(ctx.reject(None, None, "{}".into(), reason));
             }
             return Ok((None, self.schema, rejects));
         }
@@ -441,8 +397,31 @@ impl TableBuilder {
     }
 }
 
+/// Where a value comes from: its table, record and sequence.
 struct Ctx<'a> {
     table: &'a str,
     meta: &'a RecordMeta,
     seq: i64,
+}
+
+impl Ctx<'_> {
+    /// A ledger row for this event: the whole event when `column` is `None`.
+    fn reject(
+        &self,
+        column: Option<&str>,
+        expected: Option<ColumnType>,
+        value: String,
+        reason: impl Into<String>,
+    ) -> Reject {
+        Reject {
+            table: self.table.to_string(),
+            column: column.map(str::to_string),
+            expected,
+            value,
+            sequence: self.seq,
+            reason: reason.into(),
+            received_us: self.meta.received_us,
+            source: source_coordinates(self.meta),
+        }
+    }
 }
