@@ -28,6 +28,14 @@ async fn stream_crud_keeps_tables_unless_asked() {
     assert_eq!(r.status(), 400);
     assert!(r.text().await.unwrap().contains("tabel"));
 
+    let r = http.post(server.url("/api/streams")).body(r#"{"name": "a", "table": "t"}"#).send().await.unwrap();
+    assert_eq!(r.status(), 415, "a body without a JSON content type");
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert!(body["error"].as_str().unwrap().contains("application/json"), "{body}");
+    let r = http.post(server.url("/api/sql")).json(&json!({"query": "SELECT 1"})).send().await.unwrap();
+    assert_eq!(r.status(), 422);
+    assert!(r.text().await.unwrap().contains("query"), "the unknown field is named");
+
     let key = server.create_stream(json!({"name": "a", "table": "ta"})).await;
     assert!(key.starts_with("sk_"));
     server.create_stream(json!({"name": "b", "table": "tb"})).await;

@@ -32,6 +32,13 @@ impl ApiError {
     }
 }
 
+impl From<axum::extract::rejection::JsonRejection> for ApiError {
+    /// A body the JSON extractor refused: wrong content type, bad JSON, or a wrong field.
+    fn from(rejection: axum::extract::rejection::JsonRejection) -> Self {
+        Self::new(rejection.status(), rejection.body_text())
+    }
+}
+
 impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         let status = match e.kind() {

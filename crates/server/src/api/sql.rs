@@ -2,6 +2,7 @@
 
 use axum::Json;
 use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
 use serde::Deserialize;
 use sluice_connectors::workspace::QueryResult;
 
@@ -21,7 +22,11 @@ fn default_limit() -> usize {
 }
 
 /// Run a SELECT or WITH statement; anything else is a 400 with the reason.
-pub async fn query(State(state): State<AppState>, Json(req): Json<SqlRequest>) -> Result<Json<QueryResult>, ApiError> {
+pub async fn query(
+    State(state): State<AppState>,
+    req: Result<Json<SqlRequest>, JsonRejection>,
+) -> Result<Json<QueryResult>, ApiError> {
+    let Json(req) = req?;
     let limit = req.limit.clamp(1, 1_000_000);
     Ok(Json(state.supervisor.workspace().query(req.sql, limit).await?))
 }

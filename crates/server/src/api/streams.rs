@@ -1,6 +1,7 @@
 //! Stream management: list, create, get, patch, delete.
 
 use axum::Json;
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
@@ -34,8 +35,11 @@ pub async fn list(State(state): State<AppState>) -> Json<Value> {
 }
 
 /// `POST /api/streams`: returns the push key, once.
-pub async fn create(State(state): State<AppState>, body: Json<Value>) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let mut config = parse_config(body.0)?;
+pub async fn create(
+    State(state): State<AppState>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let mut config = parse_config(body?.0)?;
     if state.supervisor.get(&config.name).await.is_some() {
         return Err(ApiError::new(StatusCode::CONFLICT, format!("a stream named '{}' exists", config.name)));
     }
@@ -63,8 +67,9 @@ pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Resul
 pub async fn patch(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Json<Value>,
+    body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let body = body?;
     let stream = state.supervisor.get(&id).await.ok_or_else(|| ApiError::no_stream(&id))?;
     let Value::Object(_) = &body.0 else {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "the patch must be a JSON object"));
