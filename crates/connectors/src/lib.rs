@@ -1,7 +1,8 @@
 //! Every Source and Sink, one folder per technology, registered by one serde enum and one match.
 
 pub mod http_push;
+pub mod kafka;
 mod stream;
 pub mod workspace;
 
-pub use stream::{SourceConfig, SourceHandle, StreamConfig, build_source};
+pub use stream::{SourceConfig, SourceContext, SourceHandle, StreamConfig, build_source};

@@ -1,9 +1,13 @@
 //! A stream's config (the API's and the YAML's type) and the one place sources are built.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
-use sluice_core::{FlushConfig, MetadataConfig, Result, Secret, Source, error::Error};
+use sluice_core::{FlushConfig, MetadataConfig, Position, Result, Secret, Source, StreamMetrics, error::Error};
 
 use crate::http_push::{self, HttpPushConfig, PushHandle};
+use crate::kafka::{KafkaConfig, KafkaSource};
 
 /// One stream: a source, a destination table in the workspace, and how to batch.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,6 +53,31 @@ impl StreamConfig {
         self.flush.validate()?;
         match &self.source {
             SourceConfig::HttpPush(c) => c.validate(),
+            SourceConfig::Kafka(c) => c.validate(),
+        }
+    }
+
+    /// The secrets inside the source config, by field path. The server keeps them apart from
+    /// the serialized config, which never contains them.
+    pub fn secrets(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        if let SourceConfig::Kafka(kafka) = &self.source
+            && let Some(p) = kafka.sasl.as_ref().and_then(|s| s.password.as_ref())
+        {
+            out.insert("source.sasl.password".to_string(), p.expose().to_string());
+        }
+        out
+    }
+
+    /// Put secrets back where [`StreamConfig::secrets`] found them, unless the config already
+    /// carries a new value.
+    pub fn restore_secrets(&mut self, secrets: &BTreeMap<String, String>) {
+        if let SourceConfig::Kafka(kafka) = &mut self.source
+            && let Some(sasl) = kafka.sasl.as_mut()
+            && sasl.password.is_none()
+            && let Some(p) = secrets.get("source.sasl.password")
+        {
+            sasl.password = Some(Secret::new(p.clone()));
         }
     }
 }
@@ -59,6 +88,8 @@ impl StreamConfig {
 pub enum SourceConfig {
     /// Events POSTed to `/api/streams/:id/push`.
     HttpPush(HttpPushConfig),
+    /// Messages from Kafka topics.
+    Kafka(Box<KafkaConfig>),
 }
 
 impl Default for SourceConfig {
@@ -72,14 +103,30 @@ impl Default for SourceConfig {
 pub enum SourceHandle {
     /// The push endpoint's way into the stream.
     Push(PushHandle),
+    /// The source reads by itself.
+    None,
+}
+
+/// What a source is built with besides its config.
+pub struct SourceContext<'a> {
+    /// The stream's name.
+    pub stream: &'a str,
+    /// The stream's last durable position, to resume from.
+    pub position: &'a Position,
+    /// The stream's metrics, for state and lag.
+    pub metrics: Arc<StreamMetrics>,
 }
 
 /// Build a source from its config: the one place connectors are wired.
-pub fn build_source(config: &SourceConfig) -> Result<(Box<dyn Source>, SourceHandle)> {
+pub fn build_source(config: &SourceConfig, ctx: SourceContext<'_>) -> Result<(Box<dyn Source>, SourceHandle)> {
     match config {
         SourceConfig::HttpPush(c) => {
             let (source, handle) = http_push::channel(c);
             Ok((Box::new(source), SourceHandle::Push(handle)))
+        }
+        SourceConfig::Kafka(c) => {
+            let source = KafkaSource::build(c, ctx.stream, ctx.position, ctx.metrics)?;
+            Ok((Box::new(source), SourceHandle::None))
         }
     }
 }

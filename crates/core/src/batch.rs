@@ -120,12 +120,16 @@ pub struct RecordMeta {
     pub received_us: i64,
     /// Message key.
     pub key: Option<String>,
-    /// Partition or shard.
-    pub partition: Option<String>,
+    /// Topic (or stream) the record came from.
+    pub topic: Option<String>,
+    /// Partition within the topic.
+    pub partition: Option<i64>,
     /// Offset or sequence number within the partition.
     pub offset: Option<i64>,
     /// Event time set by the producer, microseconds since the epoch.
     pub event_time_us: Option<i64>,
+    /// Message headers as a JSON object.
+    pub headers: Option<Value>,
     /// Route key for destination templates (topic, source table).
     pub route: Option<String>,
 }
@@ -141,6 +145,9 @@ pub struct Chunk {
     pub position: Position,
     /// When the chunk arrived, for receive-to-commit latency.
     pub arrived: Instant,
+    /// Write what is buffered now, this chunk included, instead of waiting for a flush rule
+    /// (a Kafka consumer losing partitions asks for this).
+    pub flush: bool,
 }
 
 /// Microseconds since the Unix epoch, now.

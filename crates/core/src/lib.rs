@@ -16,7 +16,7 @@ pub mod source;
 pub use batch::{Checkpoint, Chunk, Payload, Position, Record, RecordMeta, Reject, TableWrite, Totals, WriteUnit};
 pub use decode::{Decoder, MetadataConfig};
 pub use error::{Error, ErrorKind, Result};
-pub use metrics::{MetricsSnapshot, StreamMetrics};
+pub use metrics::{Lag, MetricsSnapshot, StreamMetrics};
 pub use pipeline::{FlushConfig, Stream};
 pub use schema::{ColumnType, TableSchema};
 pub use secret::Secret;

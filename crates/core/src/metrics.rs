@@ -1,6 +1,6 @@
 //! Live per-stream metrics. Totals are restored from the checkpoint on start.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -21,7 +21,17 @@ pub struct StreamMetrics {
     bytes_in: AtomicU64,
     batches: AtomicU64,
     last_event_us: AtomicI64,
+    max_lag: AtomicI64,
     inner: Mutex<Inner>,
+}
+
+/// How far a stream is behind its source on one partition or shard.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Lag {
+    /// Messages between the stream's durable position and the newest message.
+    pub messages: i64,
+    /// Age of the oldest message read but not yet durable, in seconds (0 when none).
+    pub age_seconds: f64,
 }
 
 #[derive(Debug)]
@@ -34,6 +44,7 @@ struct Inner {
     latency_min: u64,
     latency_max: u64,
     rate: VecDeque<(Instant, u64)>,
+    lag: BTreeMap<String, Lag>,
 }
 
 /// A snapshot for the API.
@@ -59,6 +70,12 @@ pub struct MetricsSnapshot {
     pub messages_per_sec: f64,
     /// Receive-to-committed latency, milliseconds.
     pub latency_ms: LatencySnapshot,
+    /// Lag per partition or shard, for sources that have them.
+    pub lag: BTreeMap<String, Lag>,
+    /// Total lag in messages, summed over partitions.
+    pub lag_messages: i64,
+    /// Largest total lag seen since start.
+    pub max_lag_messages: i64,
 }
 
 /// Latency figures in milliseconds since start (min, max, avg) and over recent batches (p99).
@@ -88,6 +105,7 @@ impl StreamMetrics {
             bytes_in: AtomicU64::new(totals.bytes_in),
             batches: AtomicU64::new(totals.batches),
             last_event_us: AtomicI64::new(totals.last_event_us.unwrap_or(i64::MIN)),
+            max_lag: AtomicI64::new(0),
             inner: Mutex::new(Inner {
                 state: "starting",
                 last_error: None,
@@ -97,6 +115,7 @@ impl StreamMetrics {
                 latency_min: u64::MAX,
                 latency_max: 0,
                 rate: VecDeque::new(),
+                lag: BTreeMap::new(),
             }),
         }
     }
@@ -106,6 +125,15 @@ impl StreamMetrics {
         if let Ok(mut inner) = self.inner.lock() {
             inner.state = state;
             inner.last_error = error;
+        }
+    }
+
+    /// Replace the lag of every partition (the source's current assignment).
+    pub fn set_lag(&self, lag: BTreeMap<String, Lag>) {
+        let total: i64 = lag.values().map(|l| l.messages.max(0)).sum();
+        self.max_lag.fetch_max(total, Ordering::Relaxed);
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.lag = lag;
         }
     }
 
@@ -176,6 +204,9 @@ impl StreamMetrics {
                 .then(|| chrono::DateTime::from_timestamp_micros(last).map(|t| t.to_rfc3339()))
                 .flatten(),
             messages_per_sec,
+            lag_messages: inner.lag.values().map(|l| l.messages.max(0)).sum(),
+            lag: inner.lag.clone(),
+            max_lag_messages: self.max_lag.load(Ordering::Relaxed),
             latency_ms: LatencySnapshot {
                 min: if inner.latency_count == 0 { 0.0 } else { inner.latency_min as f64 / 1000.0 },
                 max: inner.latency_max as f64 / 1000.0,

@@ -133,14 +133,16 @@ async fn gather(
     let linger = Duration::from_millis(s.flush.linger_ms);
     let mut rows = first.records.len();
     let mut bytes = first.bytes;
+    let mut flush = first.flush;
     let mut chunks = vec![first];
-    while rows < s.flush.max_rows && bytes < s.flush.max_bytes {
+    while !flush && rows < s.flush.max_rows && bytes < s.flush.max_bytes {
         let wake = deadline.min(tokio::time::Instant::now() + linger);
         tokio::select! {
             next = tokio::time::timeout_at(wake, s.source.next()) => match next {
                 Ok(Ok(Some(chunk))) => {
                     rows += chunk.records.len();
                     bytes += chunk.bytes;
+                    flush = chunk.flush;
                     chunks.push(chunk);
                 }
                 Ok(Ok(None)) => return Ok((chunks, true)),

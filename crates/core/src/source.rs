@@ -20,4 +20,11 @@ pub trait Source: Send {
 
     /// The records handed out since the last commit will not be written (the stream stops).
     async fn abort(&mut self, _error: &Error) {}
+
+    /// The stream restarts from `position`, its last durable checkpoint: deliver again what
+    /// came after it. Sources that cannot replay (HTTP push answered those requests with an
+    /// error in `abort`) do nothing.
+    async fn rewind(&mut self, _position: &Position) -> Result<()> {
+        Ok(())
+    }
 }

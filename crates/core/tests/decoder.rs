@@ -95,9 +95,11 @@ fn metadata_columns_and_templates() {
         received_at: true,
         position: true,
         key: true,
+        topic: true,
         partition: true,
         offset: true,
         event_time: true,
+        headers: true,
     };
     let d = Decoder::new("events_*".into(), meta, HashMap::new());
     let record = Record {
@@ -105,9 +107,11 @@ fn metadata_columns_and_templates() {
         meta: RecordMeta {
             received_us: 1,
             key: Some("k".into()),
-            partition: Some("0".into()),
+            topic: Some("orders".into()),
+            partition: Some(0),
             offset: Some(42),
             event_time_us: Some(5),
+            headers: Some(json!({"h": "v"})),
             route: Some("orders".into()),
         },
     };
@@ -116,7 +120,10 @@ fn metadata_columns_and_templates() {
     assert_eq!(w.table, "events_orders");
     let schema = w.data.schema();
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-    assert_eq!(names, ["_received_at", "_position", "_key", "_partition", "_offset", "_event_time", "a"]);
+    assert_eq!(
+        names,
+        ["_received_at", "_position", "_key", "_topic", "_partition", "_offset", "_event_time", "_headers", "a"]
+    );
     let pos = w.data.column(1).as_primitive::<Int64Type>();
     assert_eq!((pos.value(0), pos.value(1)), (1, 2));
 }

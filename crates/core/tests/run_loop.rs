@@ -68,6 +68,7 @@ fn chunks(n: i64) -> VecDeque<Chunk> {
             bytes: 10,
             position: Position(json!(p)),
             arrived: Instant::now(),
+            flush: false,
         })
         .collect()
 }

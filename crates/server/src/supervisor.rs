@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_connectors::workspace::{StoredStream, Workspace};
-use sluice_connectors::{SourceHandle, StreamConfig, build_source};
+use sluice_connectors::{SourceContext, SourceHandle, StreamConfig, build_source};
 use sluice_core::pipeline::{self, Stream};
 use sluice_core::{Decoder, Error, ErrorKind, Result, StateStore, StreamMetrics};
 use tokio::sync::RwLock;
@@ -58,9 +58,10 @@ impl Supervisor {
     /// Start every stored stream.
     pub async fn start_stored(&self) -> Result<()> {
         for stored in self.workspace.streams().await? {
-            let config: StreamConfig = serde_json::from_value(stored.config).map_err(|e| {
+            let mut config: StreamConfig = serde_json::from_value(stored.config).map_err(|e| {
                 Error::new(ErrorKind::Config, format!("stored stream '{}' is unreadable", stored.name)).with_source(e)
             })?;
+            config.restore_secrets(&stored.secrets);
             self.start(config, stored.key_hash).await?;
         }
         Ok(())
@@ -92,7 +93,12 @@ impl Supervisor {
         let stored = serde_json::to_value(&config)
             .map_err(|e| Error::new(ErrorKind::Fatal, "cannot serialize config").with_source(e))?;
         self.workspace
-            .save_stream(StoredStream { name: config.name.clone(), config: stored, key_hash: key_hash.clone() })
+            .save_stream(StoredStream {
+                name: config.name.clone(),
+                config: stored,
+                key_hash: key_hash.clone(),
+                secrets: config.secrets(),
+            })
             .await?;
         self.stop(&config.name).await;
         self.start(config, key_hash).await
@@ -123,8 +129,9 @@ impl Supervisor {
     async fn start(&self, config: StreamConfig, key_hash: String) -> Result<()> {
         config.validate()?;
         let (checkpoint, decoder) = reload(&self.workspace, &config).await?;
-        let (source, handle) = build_source(&config.source)?;
         let metrics = Arc::new(StreamMetrics::new(&checkpoint.totals));
+        let ctx = SourceContext { stream: &config.name, position: &checkpoint.position, metrics: metrics.clone() };
+        let (source, handle) = build_source(&config.source, ctx)?;
         let cancel = CancellationToken::new();
         let task = tokio::spawn(supervise(
             config.clone(),
@@ -183,6 +190,10 @@ async fn supervise(
                 // Resume from what is durable, with the table as it is now.
                 match reload(&workspace, &config).await {
                     Ok((cp, d)) => {
+                        if let Err(e) = source.rewind(&cp.position).await {
+                            tracing::error!(stream = %config.name, error = %e, "Rewind failed.");
+                            continue;
+                        }
                         checkpoint = cp;
                         decoder = d;
                     }

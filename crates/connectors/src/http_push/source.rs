@@ -101,6 +101,7 @@ impl Source for HttpPushSource {
             // A push's position only orders its answer; the stream's sequence is what is stored.
             position: Position(self.next_id.into()),
             arrived: push.arrived,
+            flush: false,
         }))
     }
 

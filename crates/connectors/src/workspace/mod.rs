@@ -25,6 +25,8 @@ CREATE SCHEMA IF NOT EXISTS sluice;
 CREATE TABLE IF NOT EXISTS sluice.streams (
     name VARCHAR NOT NULL, config JSON NOT NULL, key_hash VARCHAR NOT NULL,
     created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL);
+CREATE TABLE IF NOT EXISTS sluice.secrets (
+    stream VARCHAR NOT NULL, path VARCHAR NOT NULL, value VARCHAR NOT NULL);
 CREATE TABLE IF NOT EXISTS sluice.checkpoints (
     stream VARCHAR NOT NULL, position JSON, sequence BIGINT NOT NULL, totals JSON NOT NULL,
     updated_at TIMESTAMPTZ NOT NULL);
@@ -92,6 +94,23 @@ impl Workspace {
         tokio::task::spawn_blocking(move || job(&conn))
             .await
             .map_err(|e| Error::new(ErrorKind::Fatal, "workspace job panicked").with_source(e))?
+    }
+}
+
+/// Run `job` in one transaction: committed when it succeeds, rolled back when it fails.
+pub(crate) fn in_transaction<T>(conn: &Connection, job: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+    conn.execute_batch("BEGIN TRANSACTION").map_err(db_error)?;
+    match job(conn) {
+        Ok(value) => {
+            conn.execute_batch("COMMIT").map_err(db_error)?;
+            Ok(value)
+        }
+        Err(e) => {
+            if let Err(rollback) = conn.execute_batch("ROLLBACK") {
+                tracing::error!(error = %rollback, "Rollback failed.");
+            }
+            Err(e)
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use sluice_core::schema::SchemaChange;
 use sluice_core::{Error, ErrorKind, Result, Sink, WriteUnit};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Workspace, db_error, quote};
+use super::{Workspace, db_error, in_transaction, quote};
 
 type Job = (WriteUnit, oneshot::Sender<Result<()>>);
 
@@ -46,16 +46,7 @@ impl Sink for Workspace {
 }
 
 fn apply(conn: &Connection, unit: &WriteUnit) -> Result<()> {
-    conn.execute_batch("BEGIN TRANSACTION").map_err(db_error)?;
-    match apply_in_transaction(conn, unit) {
-        Ok(()) => conn.execute_batch("COMMIT").map_err(db_error),
-        Err(e) => {
-            if let Err(rollback) = conn.execute_batch("ROLLBACK") {
-                tracing::error!(error = %rollback, "Rollback failed.");
-            }
-            Err(e)
-        }
-    }
+    in_transaction(conn, |c| apply_in_transaction(c, unit))
 }
 
 fn apply_in_transaction(conn: &Connection, unit: &WriteUnit) -> Result<()> {

@@ -1,11 +1,13 @@
 //! The state store: checkpoints, table schemas and the stream registry.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use duckdb::{Connection, OptionalExt, params};
 use sluice_core::schema::Column;
 use sluice_core::{Checkpoint, ColumnType, Error, ErrorKind, Position, Result, StateStore, TableSchema, Totals};
 
-use super::{Workspace, db_error, quote};
+use super::{Workspace, db_error, in_transaction, quote};
 
 /// A stream as stored: its config (JSON, without secrets) and the hash of its push key.
 #[derive(Debug, Clone)]
@@ -16,6 +18,8 @@ pub struct StoredStream {
     pub config: serde_json::Value,
     /// SHA-256 of the push key, hex.
     pub key_hash: String,
+    /// Secrets of the config (passwords), by field path; kept out of `config`.
+    pub secrets: BTreeMap<String, String>,
 }
 
 pub(crate) fn save_checkpoint(conn: &Connection, stream: &str, cp: &Checkpoint) -> Result<()> {
@@ -101,58 +105,66 @@ impl Workspace {
             for row in rows {
                 let (name, config, key_hash) = row.map_err(db_error)?;
                 let config = serde_json::from_str(&config).map_err(json_error)?;
-                out.push(StoredStream { name, config, key_hash });
+                out.push(StoredStream { name, config, key_hash, secrets: BTreeMap::new() });
+            }
+            let mut stmt = c.prepare("SELECT stream, path, value FROM sluice.secrets").map_err(db_error)?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+                .map_err(db_error)?;
+            for row in rows {
+                let (stream, path, value) = row.map_err(db_error)?;
+                if let Some(s) = out.iter_mut().find(|s| s.name == stream) {
+                    s.secrets.insert(path, value);
+                }
             }
             Ok(out)
         })
         .await
     }
 
-    /// Insert or replace a stream's stored config and key hash.
+    /// Insert or replace a stream's stored config, key hash and secrets.
     pub async fn save_stream(&self, stream: StoredStream) -> Result<()> {
-        self.with_connection(move |c| {
-            let config = stream.config.to_string();
-            let updated = c
-                .execute(
-                    "UPDATE sluice.streams SET config = ?, key_hash = ?, updated_at = now() WHERE name = ?",
-                    params![config, stream.key_hash, stream.name],
-                )
-                .map_err(db_error)?;
-            if updated == 0 {
-                c.execute(
-                    "INSERT INTO sluice.streams VALUES (?, ?, ?, now(), now())",
-                    params![stream.name, config, stream.key_hash],
-                )
-                .map_err(db_error)?;
-            }
-            Ok(())
-        })
-        .await
+        self.with_connection(move |c| in_transaction(c, |c| save_stream(c, &stream))).await
     }
-
     /// Remove a stream, its checkpoint, and (when asked) its table.
     pub async fn delete_stream(&self, name: &str, drop_table: Option<String>) -> Result<()> {
         let name = name.to_string();
         self.with_connection(move |c| {
-            c.execute_batch("BEGIN TRANSACTION").map_err(db_error)?;
-            let result = (|| {
+            in_transaction(c, |c| {
                 c.execute("DELETE FROM sluice.streams WHERE name = ?", params![name]).map_err(db_error)?;
                 c.execute("DELETE FROM sluice.checkpoints WHERE stream = ?", params![name]).map_err(db_error)?;
+                c.execute("DELETE FROM sluice.secrets WHERE stream = ?", params![name]).map_err(db_error)?;
                 if let Some(table) = &drop_table {
                     c.execute_batch(&format!("DROP TABLE IF EXISTS main.{}", quote(table))).map_err(db_error)?;
                 }
                 Ok(())
-            })();
-            match result {
-                Ok(()) => c.execute_batch("COMMIT").map_err(db_error),
-                Err(e) => {
-                    let _ = c.execute_batch("ROLLBACK");
-                    Err(e)
-                }
-            }
+            })
         })
         .await
     }
+}
+
+fn save_stream(c: &Connection, stream: &StoredStream) -> Result<()> {
+    let config = stream.config.to_string();
+    let updated = c
+        .execute(
+            "UPDATE sluice.streams SET config = ?, key_hash = ?, updated_at = now() WHERE name = ?",
+            params![config, stream.key_hash, stream.name],
+        )
+        .map_err(db_error)?;
+    if updated == 0 {
+        c.execute(
+            "INSERT INTO sluice.streams VALUES (?, ?, ?, now(), now())",
+            params![stream.name, config, stream.key_hash],
+        )
+        .map_err(db_error)?;
+    }
+    c.execute("DELETE FROM sluice.secrets WHERE stream = ?", params![stream.name]).map_err(db_error)?;
+    for (path, value) in &stream.secrets {
+        c.execute("INSERT INTO sluice.secrets VALUES (?, ?, ?)", params![stream.name, path, value])
+            .map_err(db_error)?;
+    }
+    Ok(())
 }
 
 fn json_error(e: serde_json::Error) -> Error {

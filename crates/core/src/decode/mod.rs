@@ -36,12 +36,16 @@ pub struct MetadataConfig {
     pub position: bool,
     /// `_key` VARCHAR: the message key, for sources that have one.
     pub key: bool,
-    /// `_partition` VARCHAR: partition or shard, for sources that have one.
+    /// `_topic` VARCHAR: the topic, for sources that have one.
+    pub topic: bool,
+    /// `_partition` BIGINT: the partition, for sources that have one.
     pub partition: bool,
     /// `_offset` BIGINT: offset within the partition, for sources that have one.
     pub offset: bool,
     /// `_event_time` TIMESTAMPTZ: the producer's timestamp, for sources that have one.
     pub event_time: bool,
+    /// `_headers` JSON: message headers, for sources that have them.
+    pub headers: bool,
 }
 
 /// What one decode produced.
@@ -153,15 +157,18 @@ pub struct Pending {
 }
 
 fn source_coordinates(meta: &RecordMeta) -> Option<Value> {
-    if meta.partition.is_none() && meta.offset.is_none() && meta.route.is_none() {
+    if meta.topic.is_none() && meta.partition.is_none() && meta.offset.is_none() && meta.route.is_none() {
         return None;
     }
     let mut m = Map::new();
     if let Some(r) = &meta.route {
         m.insert("route".into(), Value::from(r.as_str()));
     }
-    if let Some(p) = &meta.partition {
-        m.insert("partition".into(), Value::from(p.as_str()));
+    if let Some(t) = &meta.topic {
+        m.insert("topic".into(), Value::from(t.as_str()));
+    }
+    if let Some(p) = meta.partition {
+        m.insert("partition".into(), Value::from(p));
     }
     if let Some(o) = meta.offset {
         m.insert("offset".into(), Value::from(o));
@@ -224,9 +231,13 @@ impl TableBuilder {
             let v = meta.key.as_deref().map_or(Fit::Null, |k| Fit::Text(k.into()));
             self.put_typed(ctx, "_key", ColumnType::Varchar, v, rejects);
         }
+        if m.topic {
+            let v = meta.topic.as_deref().map_or(Fit::Null, |t| Fit::Text(t.into()));
+            self.put_typed(ctx, "_topic", ColumnType::Varchar, v, rejects);
+        }
         if m.partition {
-            let v = meta.partition.as_deref().map_or(Fit::Null, |p| Fit::Text(p.into()));
-            self.put_typed(ctx, "_partition", ColumnType::Varchar, v, rejects);
+            let v = meta.partition.map_or(Fit::Null, Fit::Int);
+            self.put_typed(ctx, "_partition", ColumnType::Bigint, v, rejects);
         }
         if m.offset {
             let v = meta.offset.map_or(Fit::Null, Fit::Int);
@@ -235,6 +246,10 @@ impl TableBuilder {
         if m.event_time {
             let v = meta.event_time_us.map_or(Fit::Null, Fit::Micros);
             self.put_typed(ctx, "_event_time", ColumnType::Timestamptz, v, rejects);
+        }
+        if m.headers {
+            let v = meta.headers.as_ref().map_or(Fit::Null, |h| Fit::Text(h.to_string().into()));
+            self.put_typed(ctx, "_headers", ColumnType::Json, v, rejects);
         }
     }
 

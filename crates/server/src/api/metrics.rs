@@ -36,7 +36,7 @@ pub async fn prometheus(State(state): State<AppState>) -> impl IntoResponse {
 type Getter = fn(&MetricsSnapshot) -> f64;
 
 fn render(streams: &[(String, MetricsSnapshot)]) -> String {
-    let families: [(&str, &str, &str, Getter); 10] = [
+    let families: [(&str, &str, &str, Getter); 12] = [
         ("sluice_stream_events_in_total", "counter", "Events received.", |m| m.events_in as f64),
         ("sluice_stream_rows_written_total", "counter", "Rows written to tables.", |m| m.rows_written as f64),
         ("sluice_stream_rejects_total", "counter", "Rows added to the rejects ledger.", |m| m.rejects as f64),
@@ -53,6 +53,10 @@ fn render(streams: &[(String, MetricsSnapshot)]) -> String {
         ("sluice_stream_latency_max_seconds", "gauge", "Largest receive-to-commit latency since start.", |m| {
             m.latency_ms.max / 1000.0
         }),
+        ("sluice_stream_lag_total_messages", "gauge", "Messages behind the source, all partitions.", |m| {
+            m.lag_messages as f64
+        }),
+        ("sluice_stream_max_lag_messages", "gauge", "Largest total lag since start.", |m| m.max_lag_messages as f64),
     ];
     let mut out = String::new();
     for (name, kind, help, get) in families {

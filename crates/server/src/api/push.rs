@@ -28,7 +28,12 @@ pub async fn push(
     let arrived = Instant::now();
     let stream = state.supervisor.get(&id).await.ok_or_else(|| ApiError::no_stream(&id))?;
     authorize(&headers, &stream.key_hash)?;
-    let SourceHandle::Push(handle) = &stream.handle;
+    let SourceHandle::Push(handle) = &stream.handle else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("stream '{id}' reads from its own source; it does not take pushes"),
+        ));
+    };
     let limit = handle.max_body_bytes;
     let too_large = || {
         ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("body exceeds this stream's limit of {limit} bytes"))

@@ -22,10 +22,11 @@ fn describe(stream: &RunningStream) -> Value {
 }
 
 fn parse_config(body: Value) -> Result<StreamConfig, ApiError> {
-    let config: StreamConfig = serde_json::from_value(body)
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid stream: {e}")))?;
-    config.validate().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid stream: {e}")))?;
-    Ok(config)
+    serde_json::from_value(body).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid stream: {e}")))
+}
+
+fn validate(config: &StreamConfig) -> Result<(), ApiError> {
+    config.validate().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid stream: {e}")))
 }
 
 /// `GET /api/streams`
@@ -40,6 +41,7 @@ pub async fn create(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let mut config = parse_config(body?.0)?;
+    validate(&config)?;
     if state.supervisor.get(&config.name).await.is_some() {
         return Err(ApiError::new(StatusCode::CONFLICT, format!("a stream named '{}' exists", config.name)));
     }
@@ -83,7 +85,10 @@ pub async fn patch(
     let mut merged = serde_json::to_value(&stream.config)
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     merge(&mut merged, body.0);
-    let config = parse_config(merged)?;
+    let mut config = parse_config(merged)?;
+    // The serialized config has no secrets: keep the running stream's unless the patch sets new ones.
+    config.restore_secrets(&stream.config.secrets());
+    validate(&config)?;
     if let Some(owner) = state.supervisor.table_owner(&config.table, &config.name).await {
         return Err(ApiError::new(
             StatusCode::CONFLICT,

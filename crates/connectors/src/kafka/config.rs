@@ -1,0 +1,197 @@
+//! Kafka settings: the API's and the YAML's type, a pure `validate`, and the client config.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use rdkafka::ClientConfig;
+use serde::{Deserialize, Serialize};
+use sluice_core::{Error, Result, Secret};
+
+/// A Kafka source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Bootstrap brokers, `host:port`.
+    pub brokers: Vec<String>,
+    /// Topics to read. Give these or `topic_regex`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topics: Vec<String>,
+    /// A regular expression over topic names (librdkafka syntax); new matching topics are
+    /// picked up as they appear.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_regex: Option<String>,
+    /// Consumer group; defaults to `sluice-<stream name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Where to start when no position is stored: `oldest` or `newest`.
+    #[serde(default)]
+    pub start: StartFrom,
+    /// TLS: a CA file, and a client certificate and key for mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
+    /// SASL authentication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<SaslConfig>,
+    /// Extra librdkafka properties, passed through (for example `session.timeout.ms`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// Where a stream starts when it has no stored position.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartFrom {
+    /// The oldest message still in the topic.
+    #[default]
+    Oldest,
+    /// Only messages produced after the stream starts.
+    Newest,
+}
+
+/// TLS files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// CA certificate(s) to trust, PEM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate, PEM (mutual TLS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    /// Client private key, PEM (mutual TLS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+}
+
+/// SASL settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaslConfig {
+    /// `plain`, `scram-sha-256` or `scram-sha-512`.
+    pub mechanism: SaslMechanism,
+    /// User name.
+    pub username: String,
+    /// Password; never serialized back.
+    #[serde(default, skip_serializing)]
+    pub password: Option<Secret>,
+}
+
+/// SASL mechanisms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SaslMechanism {
+    /// PLAIN (for example Azure Event Hubs' Kafka endpoint); use it with TLS.
+    Plain,
+    /// SCRAM-SHA-256.
+    ScramSha256,
+    /// SCRAM-SHA-512.
+    ScramSha512,
+}
+
+/// Properties Sluice sets itself; passing them through would break its guarantees.
+const MANAGED: [(&str, &str); 9] = [
+    ("bootstrap.servers", "use `brokers`"),
+    ("group.id", "use `group`"),
+    ("enable.auto.commit", "Sluice commits offsets after each durable batch"),
+    ("enable.auto.offset.store", "Sluice stores offsets with the rows"),
+    ("auto.offset.reset", "use `start`"),
+    ("security.protocol", "use `tls` and `sasl`"),
+    ("sasl.mechanism", "use `sasl.mechanism`"),
+    ("sasl.username", "use `sasl.username`"),
+    ("sasl.password", "use `sasl.password`"),
+];
+
+impl KafkaConfig {
+    /// Check every field; pure. Errors name the field.
+    pub fn validate(&self) -> Result<()> {
+        if self.brokers.is_empty() {
+            return Err(Error::config("source.brokers", "give at least one broker, host:port"));
+        }
+        for b in &self.brokers {
+            let ok = b.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !ok {
+                return Err(Error::config("source.brokers", format!("'{b}' is not host:port")));
+            }
+        }
+        match (self.topics.is_empty(), &self.topic_regex) {
+            (true, None) => return Err(Error::config("source.topics", "give topics or topic_regex")),
+            (false, Some(_)) => {
+                return Err(Error::config("source.topic_regex", "give topics or topic_regex, not both"));
+            }
+            (_, Some(r)) if r.is_empty() => return Err(Error::config("source.topic_regex", "must not be empty")),
+            _ => {}
+        }
+        if self.topics.iter().any(|t| t.is_empty() || t.starts_with('^')) {
+            return Err(Error::config("source.topics", "names must be non-empty; use topic_regex for patterns"));
+        }
+        if let Some(sasl) = &self.sasl {
+            if sasl.username.is_empty() {
+                return Err(Error::config("source.sasl.username", "must not be empty"));
+            }
+            if sasl.password.as_ref().is_none_or(|p| p.expose().is_empty()) {
+                return Err(Error::config("source.sasl.password", "is required with sasl"));
+            }
+        }
+        if let Some(tls) = &self.tls
+            && tls.cert_file.is_some() != tls.key_file.is_some()
+        {
+            return Err(Error::config("source.tls", "cert_file and key_file go together"));
+        }
+        for key in self.properties.keys() {
+            if let Some((_, instead)) = MANAGED.iter().find(|(k, _)| k == key) {
+                return Err(Error::config(&format!("source.properties.{key}"), format!("set by Sluice; {instead}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The consumer group of `stream`.
+    pub fn group_id(&self, stream: &str) -> String {
+        self.group.clone().unwrap_or_else(|| format!("sluice-{stream}"))
+    }
+
+    /// The librdkafka client config for `stream`'s consumer.
+    pub fn client_config(&self, stream: &str) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", self.brokers.join(","))
+            .set("group.id", self.group_id(stream))
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "false")
+            .set("auto.offset.reset", if self.start == StartFrom::Oldest { "earliest" } else { "latest" });
+        let protocol = match (self.tls.is_some(), self.sasl.is_some()) {
+            (false, false) => "plaintext",
+            (true, false) => "ssl",
+            (false, true) => "sasl_plaintext",
+            (true, true) => "sasl_ssl",
+        };
+        c.set("security.protocol", protocol);
+        if let Some(tls) = &self.tls {
+            let files = [
+                ("ssl.ca.location", &tls.ca_file),
+                ("ssl.certificate.location", &tls.cert_file),
+                ("ssl.key.location", &tls.key_file),
+            ];
+            for (key, file) in files {
+                if let Some(f) = file {
+                    c.set(key, f.display().to_string());
+                }
+            }
+        }
+        if let Some(sasl) = &self.sasl {
+            let mechanism = match sasl.mechanism {
+                SaslMechanism::Plain => "PLAIN",
+                SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+                SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+            };
+            c.set("sasl.mechanism", mechanism).set("sasl.username", &sasl.username);
+            if let Some(p) = &sasl.password {
+                c.set("sasl.password", p.expose());
+            }
+        }
+        for (k, v) in &self.properties {
+            c.set(k, v);
+        }
+        c
+    }
+}

@@ -1,0 +1,362 @@
+//! The consumer thread. It owns the librdkafka consumer, batches messages into chunks, seeks to
+//! the stored offsets on assignment, and on revocation makes everything read so far durable
+//! before letting the partitions go.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::message::{Headers, Message};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use serde_json::{Map, Value};
+use sluice_core::{Chunk, Lag, Payload, Position, Record, RecordMeta, StreamMetrics};
+use tokio::sync::{mpsc, oneshot};
+
+use super::StartFrom;
+
+/// Next offset to read, per topic and partition.
+pub(crate) type Offsets = BTreeMap<String, BTreeMap<i32, i64>>;
+
+/// How long a revocation waits for buffered messages to become durable.
+const REVOKE_WAIT: Duration = Duration::from_secs(30);
+/// Messages per chunk handed to the run loop.
+const CHUNK_RECORDS: usize = 2000;
+
+/// A chunk, tagged with the rewind epoch it was read in.
+pub(crate) struct Tagged {
+    pub chunk: Chunk,
+    pub epoch: u64,
+}
+
+/// What the async side asks of the thread.
+pub(crate) enum Command {
+    /// Commit these offsets to the group (they are durable).
+    Commit(Offsets),
+    /// Seek every assigned partition back to these offsets.
+    Rewind(Offsets, oneshot::Sender<()>),
+}
+
+/// State shared by the thread and the source.
+pub(crate) struct Shared {
+    /// Offsets durable in the destination.
+    pub durable: Mutex<Offsets>,
+    /// The highest chunk number whose rows are durable, with a condvar for revocations.
+    pub durable_chunk: Mutex<u64>,
+    pub durable_signal: Condvar,
+    /// Bumped by a rewind; chunks of an older epoch are dropped.
+    pub epoch: AtomicU64,
+    /// Set when the source is dropped: stop, and do not wait on revocation.
+    pub stopping: AtomicBool,
+}
+
+/// The first message of a chunk on one partition: offset, timestamp (ms), chunk number.
+type ChunkStart = (i64, i64, u64);
+
+/// Messages read since the last chunk was sent.
+#[derive(Default)]
+struct Buffer {
+    records: Vec<Record>,
+    bytes: usize,
+    first: Option<Instant>,
+    /// Next offset per partition as read so far (not necessarily durable).
+    read: Offsets,
+    chunk_no: u64,
+    /// First message of each chunk, per partition: (offset, timestamp ms, chunk number), for
+    /// the age of the oldest message not yet durable.
+    pending: BTreeMap<(String, i32), VecDeque<ChunkStart>>,
+}
+
+/// The consumer's context: the rebalance handling lives here.
+pub(crate) struct Context {
+    pub shared: Arc<Shared>,
+    pub tx: mpsc::Sender<Tagged>,
+    pub start: StartFrom,
+    pub metrics: Arc<StreamMetrics>,
+    buffer: Mutex<Buffer>,
+}
+
+impl Context {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        tx: mpsc::Sender<Tagged>,
+        start: StartFrom,
+        metrics: Arc<StreamMetrics>,
+    ) -> Self {
+        let read = shared.durable.lock().map(|d| d.clone()).unwrap_or_default();
+        Self { shared, tx, start, metrics, buffer: Mutex::new(Buffer { read, ..Buffer::default() }) }
+    }
+
+    /// Send what is buffered as one chunk; returns its number. Returns `None` when the source
+    /// is gone.
+    fn flush(&self, barrier: bool) -> Option<u64> {
+        let mut buffer = self.buffer.lock().ok()?;
+        if buffer.records.is_empty() && !barrier {
+            return Some(buffer.chunk_no);
+        }
+        buffer.chunk_no += 1;
+        let position = position(&buffer.read, buffer.chunk_no);
+        let chunk = Chunk {
+            records: std::mem::take(&mut buffer.records),
+            bytes: std::mem::take(&mut buffer.bytes),
+            position,
+            arrived: buffer.first.take().unwrap_or_else(Instant::now),
+            flush: barrier,
+        };
+        let epoch = self.shared.epoch.load(Ordering::Acquire);
+        let no = buffer.chunk_no;
+        drop(buffer);
+        self.tx.blocking_send(Tagged { chunk, epoch }).ok()?;
+        Some(no)
+    }
+
+    fn push(&self, message: &rdkafka::message::BorrowedMessage<'_>) {
+        let Ok(mut buffer) = self.buffer.lock() else { return };
+        let topic = message.topic().to_string();
+        let (partition, offset) = (message.partition(), message.offset());
+        let ts_ms = message.timestamp().to_millis();
+        let payload = Bytes::copy_from_slice(message.payload().unwrap_or_default());
+        buffer.bytes += payload.len();
+        buffer.first.get_or_insert_with(Instant::now);
+        let chunk_no = buffer.chunk_no;
+        let pending = buffer.pending.entry((topic.clone(), partition)).or_default();
+        if pending.back().is_none_or(|(_, _, chunk)| *chunk != chunk_no) {
+            pending.push_back((offset, ts_ms.unwrap_or(0), chunk_no));
+        }
+        buffer.read.entry(topic.clone()).or_default().insert(partition, offset + 1);
+        let meta = RecordMeta {
+            received_us: sluice_core::batch::now_us(),
+            key: message.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+            topic: Some(topic.clone()),
+            partition: Some(i64::from(partition)),
+            offset: Some(offset),
+            event_time_us: ts_ms.map(|ms| ms * 1000),
+            headers: message.headers().map(headers_json),
+            route: Some(topic),
+        };
+        buffer.records.push(Record { payload: Payload::Bytes(payload), meta });
+    }
+
+    fn buffered(&self) -> (usize, Option<Instant>) {
+        self.buffer.lock().map(|b| (b.records.len(), b.first)).unwrap_or((0, None))
+    }
+
+    /// Lag per assigned partition: high watermark minus the durable offset.
+    fn measure_lag(&self, consumer: &BaseConsumer<Context>) {
+        let Ok(assignment) = consumer.assignment() else { return };
+        let durable = self.shared.durable.lock().map(|d| d.clone()).unwrap_or_default();
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let mut lag = BTreeMap::new();
+        for e in assignment.elements() {
+            let (topic, partition) = (e.topic(), e.partition());
+            let Ok((low, high)) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(2)) else { continue };
+            let at = durable.get(topic).and_then(|p| p.get(&partition)).copied().unwrap_or(low).max(low);
+            let mut age_seconds = 0.0;
+            if let Ok(mut buffer) = self.buffer.lock()
+                && let Some(pending) = buffer.pending.get_mut(&(topic.to_string(), partition))
+            {
+                while pending.front().is_some_and(|(o, _, _)| *o < at) {
+                    pending.pop_front();
+                }
+                if let Some((_, ts, _)) = pending.front()
+                    && high > at
+                {
+                    age_seconds = ((now_ms - ts) as f64 / 1000.0).max(0.0);
+                }
+            }
+            lag.insert(format!("{topic}/{partition}"), Lag { messages: (high - at).max(0), age_seconds });
+        }
+        self.metrics.set_lag(lag);
+    }
+
+    /// Where each newly assigned partition starts: the larger of the offset stored with the
+    /// rows and the group's committed offset (another member may have moved it on); with
+    /// neither, `start`.
+    fn place(&self, consumer: &BaseConsumer<Context>, tpl: &mut TopicPartitionList) {
+        let durable = self.shared.durable.lock().map(|d| d.clone()).unwrap_or_default();
+        let committed = consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)).ok();
+        let Ok(mut buffer) = self.buffer.lock() else { return };
+        let partitions: Vec<(String, i32)> =
+            tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+        for (topic, partition) in partitions {
+            let stored = durable.get(&topic).and_then(|p| p.get(&partition)).copied();
+            let group =
+                committed.as_ref().and_then(|c| c.find_partition(&topic, partition)).and_then(|e| match e.offset() {
+                    Offset::Offset(o) if o >= 0 => Some(o),
+                    _ => None,
+                });
+            let offset = match stored.max(group) {
+                Some(o) => {
+                    buffer.read.entry(topic.clone()).or_default().insert(partition, o);
+                    Offset::Offset(o)
+                }
+                None if self.start == StartFrom::Oldest => Offset::Beginning,
+                None => Offset::End,
+            };
+            tracing::info!(topic = %topic, partition, ?offset, "Partition assigned.");
+            let _ = tpl.set_partition_offset(&topic, partition, offset);
+        }
+    }
+}
+
+impl ClientContext for Context {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        let text = if error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::Authentication) {
+            format!("authentication failed, check source.sasl.username and source.sasl.password: {reason}")
+        } else {
+            format!("{error}: {reason}")
+        };
+        tracing::warn!(error = %text, "Kafka client error.");
+        self.metrics.set_state("reconnecting", Some(text));
+    }
+}
+
+impl ConsumerContext for Context {
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.place(consumer, tpl);
+                if let Err(e) = consumer.assign(tpl) {
+                    tracing::error!(error = %e, "Assign failed.");
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                // Make what was read durable before another member may read it again.
+                if !self.shared.stopping.load(Ordering::Acquire)
+                    && let Some(no) = self.flush(true)
+                {
+                    let deadline = Instant::now() + REVOKE_WAIT;
+                    let mut done = match self.shared.durable_chunk.lock() {
+                        Ok(d) => d,
+                        Err(p) => p.into_inner(),
+                    };
+                    while *done < no && Instant::now() < deadline && !self.shared.stopping.load(Ordering::Acquire) {
+                        done = match self.shared.durable_signal.wait_timeout(done, Duration::from_millis(100)) {
+                            Ok((d, _)) => d,
+                            Err(p) => p.into_inner().0,
+                        };
+                    }
+                    if *done < no {
+                        tracing::warn!("Partitions revoked before the buffered batch was durable.");
+                    }
+                }
+                if let Err(e) = consumer.unassign() {
+                    tracing::error!(error = %e, "Unassign failed.");
+                }
+                self.metrics.set_lag(BTreeMap::new());
+            }
+            other => tracing::error!(error = ?other, "Rebalance error."),
+        }
+    }
+}
+
+/// The position of a chunk: offsets read so far and the chunk's number.
+pub(crate) fn position(read: &Offsets, chunk_no: u64) -> Position {
+    Position(serde_json::json!({ "offsets": read, "chunk": chunk_no }))
+}
+
+/// Offsets from a stored position (empty for none or another shape).
+pub(crate) fn offsets_of(position: &Position) -> Offsets {
+    serde_json::from_value(position.0.get("offsets").cloned().unwrap_or(Value::Null)).unwrap_or_default()
+}
+
+fn headers_json(headers: &rdkafka::message::BorrowedHeaders) -> Value {
+    let mut map = Map::new();
+    for h in headers.iter() {
+        let value = h.value.map_or(Value::Null, |v| Value::String(String::from_utf8_lossy(v).into_owned()));
+        match map.get_mut(h.key) {
+            Some(Value::Array(values)) => values.push(value),
+            Some(existing) => *existing = Value::Array(vec![existing.take(), value]),
+            None => {
+                map.insert(h.key.to_string(), value);
+            }
+        }
+    }
+    Value::Object(map)
+}
+
+fn tpl_of(offsets: &Offsets) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for (topic, partitions) in offsets {
+        for (p, o) in partitions {
+            let _ = tpl.add_partition_offset(topic, *p, Offset::Offset(*o));
+        }
+    }
+    tpl
+}
+
+/// The thread's loop: poll, batch, run commands, measure lag, until the source is dropped.
+pub(crate) fn run(consumer: BaseConsumer<Context>, commands: std::sync::mpsc::Receiver<Command>) {
+    let ctx = consumer.context().clone();
+    let mut last_lag = Instant::now();
+    let mut healthy = false;
+    loop {
+        if ctx.shared.stopping.load(Ordering::Acquire) {
+            break;
+        }
+        while let Ok(command) = commands.try_recv() {
+            match command {
+                Command::Commit(offsets) => {
+                    if let Err(e) = consumer.commit(&tpl_of(&offsets), CommitMode::Async) {
+                        tracing::debug!(error = %e, "Group offset commit failed.");
+                    }
+                }
+                Command::Rewind(offsets, ack) => {
+                    rewind(&consumer, &ctx, &offsets);
+                    let _ = ack.send(());
+                }
+            }
+        }
+        match consumer.poll(Duration::from_millis(50)) {
+            Some(Ok(message)) => {
+                if !healthy {
+                    ctx.metrics.set_state("running", None);
+                    healthy = true;
+                }
+                ctx.push(&message);
+            }
+            Some(Err(e)) => {
+                healthy = false;
+                ctx.metrics.set_state("reconnecting", Some(e.to_string()));
+            }
+            None => {}
+        }
+        let (count, first) = ctx.buffered();
+        let due = count >= CHUNK_RECORDS || first.is_some_and(|f| f.elapsed() >= Duration::from_millis(20));
+        if due && ctx.flush(false).is_none() {
+            break;
+        }
+        if last_lag.elapsed() >= Duration::from_secs(1) {
+            ctx.measure_lag(&consumer);
+            last_lag = Instant::now();
+        }
+    }
+    ctx.shared.stopping.store(true, Ordering::Release);
+    consumer.unsubscribe();
+}
+
+/// Drop what was read but not written, and seek back to the durable offsets.
+fn rewind(consumer: &BaseConsumer<Context>, ctx: &Context, durable: &Offsets) {
+    ctx.shared.epoch.fetch_add(1, Ordering::AcqRel);
+    let Ok(assignment) = consumer.assignment() else { return };
+    let Ok(mut buffer) = ctx.buffer.lock() else { return };
+    buffer.records.clear();
+    buffer.bytes = 0;
+    buffer.first = None;
+    buffer.pending.clear();
+    buffer.read = durable.clone();
+    for e in assignment.elements() {
+        let (topic, partition) = (e.topic(), e.partition());
+        let offset = match durable.get(topic).and_then(|p| p.get(&partition)) {
+            Some(o) => Offset::Offset(*o),
+            None if ctx.start == StartFrom::Oldest => Offset::Beginning,
+            None => Offset::End,
+        };
+        if let Err(e) = consumer.seek(topic, partition, offset, Duration::from_secs(10)) {
+            tracing::error!(topic, partition, error = %e, "Seek on rewind failed.");
+        }
+    }
+}

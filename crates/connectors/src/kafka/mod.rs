@@ -1,0 +1,9 @@
+//! Kafka: any Kafka-compatible broker. `config.rs` holds the settings and the client config
+//! they make; `source.rs` the source; `consumer.rs` the consumer thread and its rebalances.
+
+mod config;
+mod consumer;
+mod source;
+
+pub use config::{KafkaConfig, SaslConfig, SaslMechanism, StartFrom, TlsConfig};
+pub use source::KafkaSource;

@@ -1,0 +1,122 @@
+//! The Kafka source: chunks from the consumer thread; `commit` records durable offsets, commits
+//! them to the group and releases a waiting revocation; `rewind` seeks back after a failure.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use async_trait::async_trait;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use sluice_core::{Chunk, Error, ErrorKind, Position, Result, Source, StreamMetrics};
+use tokio::sync::{mpsc, oneshot};
+
+use super::KafkaConfig;
+use super::consumer::{self, Command, Context, Shared, Tagged, offsets_of};
+
+/// Reads Kafka topics into the run loop.
+pub struct KafkaSource {
+    rx: mpsc::Receiver<Tagged>,
+    commands: std::sync::mpsc::Sender<Command>,
+    shared: Arc<Shared>,
+}
+
+impl KafkaSource {
+    /// Connect a consumer for `stream`, resuming from `position` (the durable checkpoint).
+    pub fn build(config: &KafkaConfig, stream: &str, position: &Position, metrics: Arc<StreamMetrics>) -> Result<Self> {
+        for (field, file) in config.tls.iter().flat_map(|t| {
+            [
+                ("source.tls.ca_file", &t.ca_file),
+                ("source.tls.cert_file", &t.cert_file),
+                ("source.tls.key_file", &t.key_file),
+            ]
+        }) {
+            if let Some(f) = file
+                && !f.is_file()
+            {
+                return Err(Error::config(field, format!("{} is not a readable file", f.display())));
+            }
+        }
+        let shared = Arc::new(Shared {
+            durable: Mutex::new(offsets_of(position)),
+            durable_chunk: Mutex::new(0),
+            durable_signal: Condvar::new(),
+            epoch: AtomicU64::new(0),
+            stopping: AtomicBool::new(false),
+        });
+        let (tx, rx) = mpsc::channel(64);
+        let context = Context::new(shared.clone(), tx, config.start, metrics);
+        let consumer: BaseConsumer<Context> = config
+            .client_config(stream)
+            .create_with_context(context)
+            .map_err(|e| Error::new(ErrorKind::Config, "cannot create the Kafka consumer").with_source(e))?;
+        let topics: Vec<String> = match &config.topic_regex {
+            Some(r) if r.starts_with('^') => vec![r.clone()],
+            Some(r) => vec![format!("^{r}")],
+            None => config.topics.clone(),
+        };
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        consumer
+            .subscribe(&names)
+            .map_err(|e| Error::new(ErrorKind::Config, "cannot subscribe to the topics").with_source(e))?;
+        let (commands, inbox) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name(format!("kafka-{stream}"))
+            .spawn(move || consumer::run(consumer, inbox))
+            .map_err(|e| Error::new(ErrorKind::Fatal, "cannot start the Kafka thread").with_source(e))?;
+        Ok(Self { rx, commands, shared })
+    }
+}
+
+#[async_trait]
+impl Source for KafkaSource {
+    async fn next(&mut self) -> Result<Option<Chunk>> {
+        loop {
+            // Cancel-safe: mpsc::Receiver::recv loses nothing when dropped.
+            let Some(tagged) = self.rx.recv().await else {
+                return Err(Error::new(ErrorKind::Transient, "the Kafka consumer thread stopped"));
+            };
+            if tagged.epoch >= self.shared.epoch.load(Ordering::Acquire) {
+                return Ok(Some(tagged.chunk));
+            }
+        }
+    }
+
+    async fn commit(&mut self, position: &Position) -> Result<()> {
+        let offsets = offsets_of(position);
+        if let Ok(mut durable) = self.shared.durable.lock() {
+            for (topic, partitions) in &offsets {
+                let entry = durable.entry(topic.clone()).or_default();
+                for (p, o) in partitions {
+                    entry.insert(*p, *o);
+                }
+            }
+        }
+        if let Some(no) = position.0.get("chunk").and_then(|c| c.as_u64())
+            && let Ok(mut done) = self.shared.durable_chunk.lock()
+        {
+            *done = (*done).max(no);
+            self.shared.durable_signal.notify_all();
+        }
+        // Group offsets are for external lag tools; the stored offsets are what resumes.
+        let _ = self.commands.send(Command::Commit(offsets));
+        Ok(())
+    }
+
+    async fn rewind(&mut self, position: &Position) -> Result<()> {
+        let offsets = offsets_of(position);
+        if let Ok(mut durable) = self.shared.durable.lock() {
+            *durable = offsets.clone();
+        }
+        let (ack, done) = oneshot::channel();
+        self.commands
+            .send(Command::Rewind(offsets, ack))
+            .map_err(|_| Error::new(ErrorKind::Fatal, "the Kafka consumer thread stopped"))?;
+        done.await.map_err(|_| Error::new(ErrorKind::Fatal, "the Kafka consumer thread stopped"))
+    }
+}
+
+impl Drop for KafkaSource {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        self.shared.durable_signal.notify_all();
+    }
+}
