@@ -4,6 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+# Test peers: tansu (a Kafka-compatible broker, built once into the cache) and socat (the TLS
+# front end tansu 0.6.0 lacks).
+source scripts/services/tansu.sh
+if ! command -v socat >/dev/null 2>&1; then
+  echo "sluice: installing socat (Debian package)" >&2
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends socat >/dev/null
+fi
 echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy (warnings denied)"

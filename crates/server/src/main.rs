@@ -68,6 +68,8 @@ enum Command {
     },
     /// Measure push throughput and latency against DuckDB's own JSON load.
     Bench(bench::BenchArgs),
+    /// Measure a Kafka topic → table stream against a raw consumer of the same topic.
+    BenchKafka(bench::kafka::KafkaBenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -93,6 +95,7 @@ fn main() -> std::process::ExitCode {
                 query_cli::run(&sql, server, &data_dir, json, limit).await
             }
             Command::Bench(args) => bench::run(args).await,
+            Command::BenchKafka(args) => bench::kafka::run(args).await,
         }
     });
     match result {

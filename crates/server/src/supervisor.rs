@@ -62,7 +62,10 @@ impl Supervisor {
                 Error::new(ErrorKind::Config, format!("stored stream '{}' is unreadable", stored.name)).with_source(e)
             })?;
             config.restore_secrets(&stored.secrets);
-            self.start(config, stored.key_hash).await?;
+            // One stream that cannot start (a TLS file gone, say) does not keep the rest down.
+            if let Err(e) = self.start(config, stored.key_hash).await {
+                tracing::error!(stream = %stored.name, error = %e, "Stored stream did not start.");
+            }
         }
         Ok(())
     }
@@ -88,20 +91,24 @@ impl Supervisor {
             .map(|s| s.config.name.clone())
     }
 
-    /// Store a stream and (re)start it.
+    /// (Re)start a stream and store it. If the new config cannot start, the old one (if any)
+    /// runs again and nothing is stored.
     pub async fn save_and_start(&self, config: StreamConfig, key_hash: String) -> Result<()> {
         let stored = serde_json::to_value(&config)
             .map_err(|e| Error::new(ErrorKind::Fatal, "cannot serialize config").with_source(e))?;
-        self.workspace
-            .save_stream(StoredStream {
-                name: config.name.clone(),
-                config: stored,
-                key_hash: key_hash.clone(),
-                secrets: config.secrets(),
-            })
-            .await?;
-        self.stop(&config.name).await;
-        self.start(config, key_hash).await
+        let previous = self.stop(&config.name).await;
+        if let Err(e) = self.start(config.clone(), key_hash.clone()).await {
+            if let Some(old) = previous {
+                let _ = self.start(old.config.clone(), old.key_hash.clone()).await;
+            }
+            return Err(e);
+        }
+        let record = StoredStream { name: config.name.clone(), config: stored, key_hash, secrets: config.secrets() };
+        if let Err(e) = self.workspace.save_stream(record).await {
+            self.stop(&config.name).await;
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Stop a stream and forget it; its table stays unless `drop_table`.

@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::message::{Headers, Message};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
@@ -34,8 +34,6 @@ pub(crate) struct Tagged {
 
 /// What the async side asks of the thread.
 pub(crate) enum Command {
-    /// Commit these offsets to the group (they are durable).
-    Commit(Offsets),
     /// Seek every assigned partition back to these offsets.
     Rewind(Offsets, oneshot::Sender<()>),
 }
@@ -278,7 +276,7 @@ fn headers_json(headers: &rdkafka::message::BorrowedHeaders) -> Value {
     Value::Object(map)
 }
 
-fn tpl_of(offsets: &Offsets) -> TopicPartitionList {
+pub(crate) fn tpl_of(offsets: &Offsets) -> TopicPartitionList {
     let mut tpl = TopicPartitionList::new();
     for (topic, partitions) in offsets {
         for (p, o) in partitions {
@@ -289,7 +287,7 @@ fn tpl_of(offsets: &Offsets) -> TopicPartitionList {
 }
 
 /// The thread's loop: poll, batch, run commands, measure lag, until the source is dropped.
-pub(crate) fn run(consumer: BaseConsumer<Context>, commands: std::sync::mpsc::Receiver<Command>) {
+pub(crate) fn run(consumer: &BaseConsumer<Context>, commands: std::sync::mpsc::Receiver<Command>) {
     let ctx = consumer.context().clone();
     let mut last_lag = Instant::now();
     let mut healthy = false;
@@ -299,13 +297,8 @@ pub(crate) fn run(consumer: BaseConsumer<Context>, commands: std::sync::mpsc::Re
         }
         while let Ok(command) = commands.try_recv() {
             match command {
-                Command::Commit(offsets) => {
-                    if let Err(e) = consumer.commit(&tpl_of(&offsets), CommitMode::Async) {
-                        tracing::debug!(error = %e, "Group offset commit failed.");
-                    }
-                }
                 Command::Rewind(offsets, ack) => {
-                    rewind(&consumer, &ctx, &offsets);
+                    rewind(consumer, &ctx, &offsets);
                     let _ = ack.send(());
                 }
             }
@@ -330,7 +323,7 @@ pub(crate) fn run(consumer: BaseConsumer<Context>, commands: std::sync::mpsc::Re
             break;
         }
         if last_lag.elapsed() >= Duration::from_secs(1) {
-            ctx.measure_lag(&consumer);
+            ctx.measure_lag(consumer);
             last_lag = Instant::now();
         }
     }

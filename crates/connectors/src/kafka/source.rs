@@ -5,18 +5,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use async_trait::async_trait;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use sluice_core::{Chunk, Error, ErrorKind, Position, Result, Source, StreamMetrics};
 use tokio::sync::{mpsc, oneshot};
 
 use super::KafkaConfig;
-use super::consumer::{self, Command, Context, Shared, Tagged, offsets_of};
+use super::consumer::{self, Command, Context, Shared, Tagged, offsets_of, tpl_of};
 
 /// Reads Kafka topics into the run loop.
 pub struct KafkaSource {
     rx: mpsc::Receiver<Tagged>,
     commands: std::sync::mpsc::Sender<Command>,
     shared: Arc<Shared>,
+    consumer: Arc<BaseConsumer<Context>>,
 }
 
 impl KafkaSource {
@@ -57,12 +58,14 @@ impl KafkaSource {
         consumer
             .subscribe(&names)
             .map_err(|e| Error::new(ErrorKind::Config, "cannot subscribe to the topics").with_source(e))?;
+        let consumer = Arc::new(consumer);
         let (commands, inbox) = std::sync::mpsc::channel();
+        let polled = consumer.clone();
         std::thread::Builder::new()
             .name(format!("kafka-{stream}"))
-            .spawn(move || consumer::run(consumer, inbox))
+            .spawn(move || consumer::run(&polled, inbox))
             .map_err(|e| Error::new(ErrorKind::Fatal, "cannot start the Kafka thread").with_source(e))?;
-        Ok(Self { rx, commands, shared })
+        Ok(Self { rx, commands, shared, consumer })
     }
 }
 
@@ -96,8 +99,12 @@ impl Source for KafkaSource {
             *done = (*done).max(no);
             self.shared.durable_signal.notify_all();
         }
-        // Group offsets are for external lag tools; the stored offsets are what resumes.
-        let _ = self.commands.send(Command::Commit(offsets));
+        // Group offsets are for external lag tools and for another member taking over; the
+        // offsets stored with the rows are what this stream resumes from. Committed at once, so
+        // the window in which the group trails the stored offsets stays a broker round trip.
+        if let Err(e) = self.consumer.commit(&tpl_of(&offsets), CommitMode::Async) {
+            tracing::debug!(error = %e, "Group offset commit failed.");
+        }
         Ok(())
     }
 

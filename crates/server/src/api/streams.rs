@@ -6,7 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sluice_connectors::StreamConfig;
+use sluice_connectors::{SourceConfig, StreamConfig};
 
 use super::{ApiError, AppState};
 use crate::keys;
@@ -51,11 +51,18 @@ pub async fn create(
             format!("table '{}' is already written by stream '{owner}'", config.table),
         ));
     }
-    let key = config.push_key.take().map_or_else(keys::generate, |k| k.expose().to_string());
-    state.supervisor.save_and_start(config.clone(), keys::hash(&key)).await?;
+    // Only push streams have a key; the others read by themselves.
+    let key = match &config.source {
+        SourceConfig::HttpPush(_) => Some(config.push_key.take().map_or_else(keys::generate, |k| k.expose().to_string())),
+        _ => None,
+    };
+    let key_hash = key.as_deref().map(keys::hash).unwrap_or_default();
+    state.supervisor.save_and_start(config.clone(), key_hash).await?;
     let stream = state.supervisor.get(&config.name).await.ok_or_else(|| ApiError::no_stream(&config.name))?;
     let mut body = describe(&stream);
-    body["push_key"] = Value::String(key);
+    if let Some(key) = key {
+        body["push_key"] = Value::String(key);
+    }
     Ok((StatusCode::CREATED, Json(body)))
 }
 

@@ -2,6 +2,7 @@
 //! and load the same events with DuckDB's own `read_json_auto` as the limit to compare with.
 
 mod events;
+pub mod kafka;
 mod report;
 
 use std::path::{Path, PathBuf};
@@ -201,14 +202,15 @@ impl ServerProcess {
     }
 
     async fn create_stream(&self, http: &reqwest::Client, name: &str) -> Result<String, String> {
-        let r = http
-            .post(format!("{}/api/streams", self.base))
-            .json(&json!({"name": name, "table": name}))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let body: Value = r.json().await.map_err(|e| e.to_string())?;
+        let body = self.create(http, json!({"name": name, "table": name})).await?;
         body["push_key"].as_str().map(str::to_string).ok_or_else(|| format!("create failed: {body}"))
+    }
+
+    async fn create(&self, http: &reqwest::Client, stream: Value) -> Result<Value, String> {
+        let r = http.post(format!("{}/api/streams", self.base)).json(&stream).send().await.map_err(|e| e.to_string())?;
+        let status = r.status();
+        let body: Value = r.json().await.map_err(|e| e.to_string())?;
+        if status.is_success() { Ok(body) } else { Err(format!("create failed: {body}")) }
     }
 
     async fn count(&self, http: &reqwest::Client, table: &str) -> Result<i64, String> {

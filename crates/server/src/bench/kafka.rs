@@ -1,0 +1,135 @@
+//! `sluice bench-kafka`: topic → table rate against a raw consumer of the same topic.
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::json;
+
+use super::{ServerProcess, events};
+
+/// Kafka bench options.
+#[derive(Args, Debug)]
+pub struct KafkaBenchArgs {
+    /// Bootstrap broker, host:port (scripts/bench-kafka.sh starts one).
+    #[arg(long)]
+    pub brokers: String,
+    /// Events to produce.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub events: usize,
+    /// Partitions of the topic.
+    #[arg(long, default_value_t = 3)]
+    pub partitions: i32,
+}
+
+/// Produce, read raw, then read through Sluice; print both rates.
+pub async fn run(args: KafkaBenchArgs) -> Result<(), String> {
+    let topic = format!("bench-{}", std::process::id());
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", &args.brokers).create().map_err(|e| e.to_string())?;
+    let new = NewTopic::new(&topic, args.partitions, TopicReplication::Fixed(1));
+    admin.create_topics([&new], &AdminOptions::new()).await.map_err(|e| e.to_string())?;
+
+    eprintln!("producing {} events to {topic} ({} partitions)", args.events, args.partitions);
+    let (lines, _) = events::generate(args.events);
+    let bytes: usize = lines.iter().map(String::len).sum();
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &args.brokers)
+        .set("linger.ms", "20")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    for (i, line) in lines.iter().enumerate() {
+        let key = i.to_string();
+        let mut record = BaseRecord::to(&topic).key(&key).payload(line);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    record = r;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(300)).map_err(|e| e.to_string())?;
+    let produce_secs = t.elapsed().as_secs_f64();
+    drop(lines);
+
+    eprintln!("raw consumer");
+    let raw_secs = raw_read(&args.brokers, &topic, args.partitions, args.events)?;
+
+    eprintln!("sluice");
+    let dir = std::env::temp_dir().join(format!("sluice-bench-kafka-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let server = ServerProcess::start(&dir).await?;
+    let http = reqwest::Client::new();
+    let stream = json!({
+        "name": "bench", "table": "bench",
+        "source": {"type": "kafka", "brokers": [args.brokers], "topics": [topic]},
+    });
+    let t = Instant::now();
+    server.create(&http, stream).await?;
+    loop {
+        let n = server.count(&http, "bench").await.unwrap_or(0);
+        if n >= args.events as i64 {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(900) {
+            return Err(format!("only {n} rows after 900 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sluice_secs = t.elapsed().as_secs_f64();
+    let rss = server.peak_rss_kib();
+    server.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let mb = bytes as f64 / 1e6;
+    println!("events: {} ({mb:.1} MB of values), topic with {} partitions", args.events, args.partitions);
+    println!("| run | events/s | MB/s | seconds |");
+    println!("|---|---|---|---|");
+    println!("| produce (rdkafka) | {:.0} | {:.1} | {produce_secs:.1} |", args.events as f64 / produce_secs, mb / produce_secs);
+    println!("| raw consumer (rdkafka, reads only) | {:.0} | {:.1} | {raw_secs:.1} |", args.events as f64 / raw_secs, mb / raw_secs);
+    println!(
+        "| Sluice topic → table (stream created → all rows queryable) | {:.0} | {:.1} | {sluice_secs:.1} |",
+        args.events as f64 / sluice_secs,
+        mb / sluice_secs
+    );
+    println!("ratio Sluice / raw consumer: {:.2}", raw_secs / sluice_secs);
+    println!("peak RSS of the server: {:.0} MiB", rss as f64 / 1024.0);
+    Ok(())
+}
+
+/// Read every message of `topic` from the beginning and discard it; seconds taken.
+fn raw_read(brokers: &str, topic: &str, partitions: i32, expected: usize) -> Result<f64, String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", format!("{topic}-raw"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| e.to_string())?;
+    }
+    consumer.assign(&tpl).map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let mut seen = 0usize;
+    while seen < expected {
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Ok(_)) => seen += 1,
+            Some(Err(e)) => return Err(e.to_string()),
+            None if t.elapsed() > Duration::from_secs(900) => return Err(format!("raw consumer saw {seen}")),
+            None => {}
+        }
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
