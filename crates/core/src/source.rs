@@ -27,4 +27,8 @@ pub trait Source: Send {
     async fn rewind(&mut self, _position: &Position) -> Result<()> {
         Ok(())
     }
+
+    /// The stream stops: release the source cleanly (for Kafka, leave the consumer group so its
+    /// partitions move to another member at once).
+    async fn close(&mut self) {}
 }

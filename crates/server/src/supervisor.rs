@@ -185,12 +185,18 @@ async fn supervise(
             cancel: cancel.clone(),
         };
         match pipeline::run(stream, checkpoint.clone()).await {
-            Ok(_) => return,
+            Ok(_) => {
+                source.close().await;
+                return;
+            }
             Err(e) => {
                 tracing::error!(stream = %config.name, error = %e, "Stream failed; restarting.");
                 metrics.set_state("failed", Some(e.to_string()));
                 tokio::select! {
-                    _ = cancel.cancelled() => return,
+                    _ = cancel.cancelled() => {
+                        source.close().await;
+                        return;
+                    }
                     _ = tokio::time::sleep(backoff) => {}
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(30));

@@ -97,6 +97,8 @@ async fn sql_is_read_only_and_cli_prints_tables() {
         "ATTACH '/tmp/other.db'",
         "CREATE TABLE u AS SELECT 1",
         "PRAGMA database_list",
+        "SELECT * FROM read_text('/etc/hostname')",
+        "SELECT * FROM read_csv('/etc/passwd')",
         "not sql at all",
     ] {
         let (status, body) = server.sql_raw(bad).await;

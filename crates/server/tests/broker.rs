@@ -34,7 +34,8 @@ impl Broker {
     /// A plaintext broker.
     pub fn start() -> Self {
         let port = free_port();
-        let mut b = Broker { child: None, socat: None, dir: DataDir::new("tansu"), listen: port, port, auth: false, ca: None };
+        let mut b =
+            Broker { child: None, socat: None, dir: DataDir::new("tansu"), listen: port, port, auth: false, ca: None };
         b.spawn();
         b.wait_ready();
         b
@@ -46,7 +47,16 @@ impl Broker {
         let mut b = Broker::start();
         for (mechanism, name, password) in users {
             let out = Command::new(tansu())
-                .args(["user", "create", "--broker", &format!("tcp://127.0.0.1:{}", b.port), "--mechanism", mechanism, name, password])
+                .args([
+                    "user",
+                    "create",
+                    "--broker",
+                    &format!("tcp://127.0.0.1:{}", b.port),
+                    "--mechanism",
+                    mechanism,
+                    name,
+                    password,
+                ])
                 .output()
                 .unwrap();
             assert!(out.status.success(), "tansu user create: {}", String::from_utf8_lossy(&out.stderr));
@@ -176,7 +186,8 @@ pub async fn produce(producer: &FutureProducer, topic: &str, values: &[String]) 
     for (i, v) in values.iter().enumerate() {
         let key = i.to_string();
         let record = FutureRecord::to(topic).key(&key).payload(v).headers(
-            rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header { key: "source", value: Some("test") }),
+            rdkafka::message::OwnedHeaders::new()
+                .insert(rdkafka::message::Header { key: "source", value: Some("test") }),
         );
         acks.push(producer.send_result(record).map_err(|(e, _)| e).expect("enqueue"));
     }

@@ -61,7 +61,7 @@ impl Server {
         let child = Command::new(BIN)
             .args(["serve", "--data-dir", dir.to_str().unwrap(), "--listen", &listen])
             .args(extra)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", std::env::var("SLUICE_TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -83,8 +83,10 @@ pub enum SaslMechanism {
     /// PLAIN (for example Azure Event Hubs' Kafka endpoint); use it with TLS.
     Plain,
     /// SCRAM-SHA-256.
+    #[serde(rename = "scram-sha-256")]
     ScramSha256,
     /// SCRAM-SHA-512.
+    #[serde(rename = "scram-sha-512")]
     ScramSha512,
 }
 

@@ -75,6 +75,8 @@ pub(crate) struct Context {
     pub start: StartFrom,
     pub metrics: Arc<StreamMetrics>,
     buffer: Mutex<Buffer>,
+    /// The last specific client error, kept so "all brokers down" can say why.
+    cause: Mutex<Option<String>>,
 }
 
 impl Context {
@@ -85,7 +87,8 @@ impl Context {
         metrics: Arc<StreamMetrics>,
     ) -> Self {
         let read = shared.durable.lock().map(|d| d.clone()).unwrap_or_default();
-        Self { shared, tx, start, metrics, buffer: Mutex::new(Buffer { read, ..Buffer::default() }) }
+        let buffer = Mutex::new(Buffer { read, ..Buffer::default() });
+        Self { shared, tx, start, metrics, buffer, cause: Mutex::new(None) }
     }
 
     /// Send what is buffered as one chunk; returns its number. Returns `None` when the source
@@ -115,6 +118,10 @@ impl Context {
         let Ok(mut buffer) = self.buffer.lock() else { return };
         let topic = message.topic().to_string();
         let (partition, offset) = (message.partition(), message.offset());
+        // Below the resume point (a message the broker sent again): already stored.
+        if buffer.read.get(&topic).and_then(|p| p.get(&partition)).is_some_and(|next| offset < *next) {
+            return;
+        }
         let ts_ms = message.timestamp().to_millis();
         let payload = Bytes::copy_from_slice(message.payload().unwrap_or_default());
         buffer.bytes += payload.len();
@@ -186,13 +193,21 @@ impl Context {
                     Offset::Offset(o) if o >= 0 => Some(o),
                     _ => None,
                 });
-            let offset = match stored.max(group) {
-                Some(o) => {
+            // Resume from the group's committed offset whenever there is one, and skip what lies
+            // below the stored offset as the messages come (`push`). An explicit offset is set
+            // only when the group has none: tansu 0.6.0 sends nothing for explicit offsets once
+            // a member of the group has died without leaving.
+            let offset = match (stored, group) {
+                (_, Some(g)) => {
+                    buffer.read.entry(topic.clone()).or_default().insert(partition, stored.unwrap_or(g).max(g));
+                    Offset::Invalid
+                }
+                (Some(o), None) => {
                     buffer.read.entry(topic.clone()).or_default().insert(partition, o);
                     Offset::Offset(o)
                 }
-                None if self.start == StartFrom::Oldest => Offset::Beginning,
-                None => Offset::End,
+                (None, None) if self.start == StartFrom::Oldest => Offset::Beginning,
+                (None, None) => Offset::End,
             };
             tracing::info!(topic = %topic, partition, ?offset, "Partition assigned.");
             let _ = tpl.set_partition_offset(&topic, partition, offset);
@@ -200,15 +215,35 @@ impl Context {
     }
 }
 
-impl ClientContext for Context {
-    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        let text = if error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::Authentication) {
-            format!("authentication failed, check source.sasl.username and source.sasl.password: {reason}")
-        } else {
-            format!("{error}: {reason}")
+impl Context {
+    /// Show a client error as the stream's state, naming the likely fix where there is one. An
+    /// "all brokers down" that follows a specific error keeps that error visible.
+    fn report(&self, error: &rdkafka::error::KafkaError, reason: &str) {
+        use rdkafka::types::RDKafkaErrorCode;
+        let code = error.rdkafka_error_code();
+        let Ok(mut cause) = self.cause.lock() else { return };
+        let text = match code {
+            Some(RDKafkaErrorCode::Authentication) => {
+                format!("authentication failed, check source.sasl.username and source.sasl.password: {reason}")
+            }
+            Some(RDKafkaErrorCode::AllBrokersDown) => match cause.as_deref() {
+                Some(why) => format!("all brokers are down; last error: {why}"),
+                None => format!("all brokers are down: {reason}"),
+            },
+            _ => format!("{error}: {reason}"),
         };
+        if code != Some(RDKafkaErrorCode::AllBrokersDown) {
+            *cause = Some(text.clone());
+        }
+        drop(cause);
         tracing::warn!(error = %text, "Kafka client error.");
         self.metrics.set_state("reconnecting", Some(text));
+    }
+}
+
+impl ClientContext for Context {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        self.report(&error, reason);
     }
 }
 
@@ -308,12 +343,15 @@ pub(crate) fn run(consumer: &BaseConsumer<Context>, commands: std::sync::mpsc::R
                 if !healthy {
                     ctx.metrics.set_state("running", None);
                     healthy = true;
+                    if let Ok(mut cause) = ctx.cause.lock() {
+                        *cause = None;
+                    }
                 }
                 ctx.push(&message);
             }
             Some(Err(e)) => {
                 healthy = false;
-                ctx.metrics.set_state("reconnecting", Some(e.to_string()));
+                ctx.report(&e, "while reading");
             }
             None => {}
         }
@@ -328,7 +366,14 @@ pub(crate) fn run(consumer: &BaseConsumer<Context>, commands: std::sync::mpsc::R
         }
     }
     ctx.shared.stopping.store(true, Ordering::Release);
+    // Leave the group now, so its partitions move to another member without a session timeout.
     consumer.unsubscribe();
+    // Serve the revocation and the LeaveGroup request before the process may exit.
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until && consumer.assignment().is_ok_and(|a| a.count() > 0) {
+        let _ = consumer.poll(Duration::from_millis(50));
+    }
+    let _ = consumer.poll(Duration::from_millis(100));
 }
 
 /// Drop what was read but not written, and seek back to the durable offsets.

@@ -18,6 +18,7 @@ pub struct KafkaSource {
     commands: std::sync::mpsc::Sender<Command>,
     shared: Arc<Shared>,
     consumer: Arc<BaseConsumer<Context>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl KafkaSource {
@@ -61,11 +62,11 @@ impl KafkaSource {
         let consumer = Arc::new(consumer);
         let (commands, inbox) = std::sync::mpsc::channel();
         let polled = consumer.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name(format!("kafka-{stream}"))
             .spawn(move || consumer::run(&polled, inbox))
             .map_err(|e| Error::new(ErrorKind::Fatal, "cannot start the Kafka thread").with_source(e))?;
-        Ok(Self { rx, commands, shared, consumer })
+        Ok(Self { rx, commands, shared, consumer, thread: Some(thread) })
     }
 }
 
@@ -108,6 +109,14 @@ impl Source for KafkaSource {
         Ok(())
     }
 
+    async fn close(&mut self) {
+        self.stop();
+        // The thread unsubscribes (leaving the group) once it sees `stopping`; wait for it.
+        if let Some(thread) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+
     async fn rewind(&mut self, position: &Position) -> Result<()> {
         let offsets = offsets_of(position);
         if let Ok(mut durable) = self.shared.durable.lock() {
@@ -121,9 +130,15 @@ impl Source for KafkaSource {
     }
 }
 
-impl Drop for KafkaSource {
-    fn drop(&mut self) {
+impl KafkaSource {
+    fn stop(&self) {
         self.shared.stopping.store(true, Ordering::Release);
         self.shared.durable_signal.notify_all();
+    }
+}
+
+impl Drop for KafkaSource {
+    fn drop(&mut self) {
+        self.stop();
     }
 }

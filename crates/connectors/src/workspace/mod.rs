@@ -2,6 +2,7 @@
 //! stream registry, all in one database file.
 
 mod query;
+mod secrets;
 mod sink;
 mod state;
 
@@ -25,8 +26,6 @@ CREATE SCHEMA IF NOT EXISTS sluice;
 CREATE TABLE IF NOT EXISTS sluice.streams (
     name VARCHAR NOT NULL, config JSON NOT NULL, key_hash VARCHAR NOT NULL,
     created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL);
-CREATE TABLE IF NOT EXISTS sluice.secrets (
-    stream VARCHAR NOT NULL, path VARCHAR NOT NULL, value VARCHAR NOT NULL);
 CREATE TABLE IF NOT EXISTS sluice.checkpoints (
     stream VARCHAR NOT NULL, position JSON, sequence BIGINT NOT NULL, totals JSON NOT NULL,
     updated_at TIMESTAMPTZ NOT NULL);
@@ -43,6 +42,7 @@ pub struct Workspace {
     // DuckDB connections are Send but not Sync: this one is only cloned from, under the lock.
     base: Arc<Mutex<Connection>>,
     writer: sink::Writer,
+    secrets: Arc<secrets::SecretFile>,
 }
 
 impl Workspace {
@@ -59,8 +59,11 @@ impl Workspace {
         // 16 MB checkpoints so often that pushes queue (p99 760 ms at 50k events/s); 256 MB
         // stalls for seconds at a time (p99 3.5 s); 64 MB gave p99 435 ms and the best rate.
         conn.execute_batch(&format!("SET wal_autocheckpoint = '{WAL_CHECKPOINT}'")).map_err(db_error)?;
+        // User SQL must not read files or attach databases: the workspace needs neither.
+        conn.execute_batch("SET enable_external_access = false").map_err(db_error)?;
         let writer = sink::Writer::start(conn.try_clone().map_err(db_error)?)?;
-        Ok(Self { path, base: Arc::new(Mutex::new(conn)), writer })
+        let secrets = Arc::new(secrets::SecretFile::new(dir));
+        Ok(Self { path, base: Arc::new(Mutex::new(conn)), writer, secrets })
     }
 
     /// Open an existing workspace read-only (the CLI, when no server runs).
@@ -69,7 +72,10 @@ impl Workspace {
         if !path.exists() {
             return Err(Error::new(ErrorKind::Config, format!("no workspace at {}", path.display())));
         }
-        let config = Config::default().access_mode(AccessMode::ReadOnly).map_err(db_error)?;
+        let config = Config::default()
+            .access_mode(AccessMode::ReadOnly)
+            .and_then(|c| c.enable_external_access(false))
+            .map_err(db_error)?;
         Connection::open_with_flags(&path, config).map_err(|e| open_error(&path, e))
     }
 

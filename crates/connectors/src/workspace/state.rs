@@ -94,46 +94,43 @@ impl StateStore for Workspace {
 impl Workspace {
     /// Every stored stream, by name.
     pub async fn streams(&self) -> Result<Vec<StoredStream>> {
-        self.with_connection(|c| {
-            let mut stmt = c
-                .prepare("SELECT name, config::VARCHAR, key_hash FROM sluice.streams ORDER BY name")
-                .map_err(db_error)?;
-            let rows = stmt
-                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
-                .map_err(db_error)?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (name, config, key_hash) = row.map_err(db_error)?;
-                let config = serde_json::from_str(&config).map_err(json_error)?;
-                out.push(StoredStream { name, config, key_hash, secrets: BTreeMap::new() });
-            }
-            let mut stmt = c.prepare("SELECT stream, path, value FROM sluice.secrets").map_err(db_error)?;
-            let rows = stmt
-                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
-                .map_err(db_error)?;
-            for row in rows {
-                let (stream, path, value) = row.map_err(db_error)?;
-                if let Some(s) = out.iter_mut().find(|s| s.name == stream) {
-                    s.secrets.insert(path, value);
+        let mut secrets = self.secrets.load()?;
+        let mut streams = self
+            .with_connection(|c| {
+                let mut stmt = c
+                    .prepare("SELECT name, config::VARCHAR, key_hash FROM sluice.streams ORDER BY name")
+                    .map_err(db_error)?;
+                let rows = stmt
+                    .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+                    .map_err(db_error)?;
+                let mut out = Vec::new();
+                for row in rows {
+                    let (name, config, key_hash) = row.map_err(db_error)?;
+                    let config = serde_json::from_str(&config).map_err(json_error)?;
+                    out.push(StoredStream { name, config, key_hash, secrets: BTreeMap::new() });
                 }
-            }
-            Ok(out)
-        })
-        .await
+                Ok(out)
+            })
+            .await?;
+        for s in &mut streams {
+            s.secrets = secrets.remove(&s.name).unwrap_or_default();
+        }
+        Ok(streams)
     }
 
     /// Insert or replace a stream's stored config, key hash and secrets.
     pub async fn save_stream(&self, stream: StoredStream) -> Result<()> {
+        self.secrets.set(&stream.name, stream.secrets.clone())?;
         self.with_connection(move |c| in_transaction(c, |c| save_stream(c, &stream))).await
     }
-    /// Remove a stream, its checkpoint, and (when asked) its table.
+    /// Remove a stream, its checkpoint, its secrets, and (when asked) its table.
     pub async fn delete_stream(&self, name: &str, drop_table: Option<String>) -> Result<()> {
+        self.secrets.set(name, BTreeMap::new())?;
         let name = name.to_string();
         self.with_connection(move |c| {
             in_transaction(c, |c| {
                 c.execute("DELETE FROM sluice.streams WHERE name = ?", params![name]).map_err(db_error)?;
                 c.execute("DELETE FROM sluice.checkpoints WHERE stream = ?", params![name]).map_err(db_error)?;
-                c.execute("DELETE FROM sluice.secrets WHERE stream = ?", params![name]).map_err(db_error)?;
                 if let Some(table) = &drop_table {
                     c.execute_batch(&format!("DROP TABLE IF EXISTS main.{}", quote(table))).map_err(db_error)?;
                 }
@@ -158,11 +155,6 @@ fn save_stream(c: &Connection, stream: &StoredStream) -> Result<()> {
             params![stream.name, config, stream.key_hash],
         )
         .map_err(db_error)?;
-    }
-    c.execute("DELETE FROM sluice.secrets WHERE stream = ?", params![stream.name]).map_err(db_error)?;
-    for (path, value) in &stream.secrets {
-        c.execute("INSERT INTO sluice.secrets VALUES (?, ?, ?)", params![stream.name, path, value])
-            .map_err(db_error)?;
     }
     Ok(())
 }

@@ -65,6 +65,31 @@ fn render(streams: &[(String, MetricsSnapshot)]) -> String {
             let _ = writeln!(out, "{name}{{stream=\"{}\"}} {}", escape(stream), get(m));
         }
     }
+    type LagGetter = fn(&sluice_core::Lag) -> f64;
+    let per_partition: [(&str, &str, LagGetter); 2] = [
+        (
+            "sluice_stream_lag_messages",
+            "Messages behind the source on one partition (high watermark minus position).",
+            |l| l.messages as f64,
+        ),
+        ("sluice_stream_lag_seconds", "Age of the oldest message read but not yet committed, per partition.", |l| {
+            l.age_seconds
+        }),
+    ];
+    for (name, help, get) in per_partition {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (stream, m) in streams {
+            for (partition, lag) in &m.lag {
+                let _ = writeln!(
+                    out,
+                    "{name}{{stream=\"{}\",partition=\"{}\"}} {}",
+                    escape(stream),
+                    escape(partition),
+                    get(lag)
+                );
+            }
+        }
+    }
     let _ =
         writeln!(out, "# HELP sluice_stream_last_event_timestamp_seconds Receive time of the newest committed event.");
     let _ = writeln!(out, "# TYPE sluice_stream_last_event_timestamp_seconds gauge");

@@ -53,7 +53,9 @@ pub async fn create(
     }
     // Only push streams have a key; the others read by themselves.
     let key = match &config.source {
-        SourceConfig::HttpPush(_) => Some(config.push_key.take().map_or_else(keys::generate, |k| k.expose().to_string())),
+        SourceConfig::HttpPush(_) => {
+            Some(config.push_key.take().map_or_else(keys::generate, |k| k.expose().to_string()))
+        }
         _ => None,
     };
     let key_hash = key.as_deref().map(keys::hash).unwrap_or_default();

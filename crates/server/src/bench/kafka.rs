@@ -96,8 +96,16 @@ pub async fn run(args: KafkaBenchArgs) -> Result<(), String> {
     println!("events: {} ({mb:.1} MB of values), topic with {} partitions", args.events, args.partitions);
     println!("| run | events/s | MB/s | seconds |");
     println!("|---|---|---|---|");
-    println!("| produce (rdkafka) | {:.0} | {:.1} | {produce_secs:.1} |", args.events as f64 / produce_secs, mb / produce_secs);
-    println!("| raw consumer (rdkafka, reads only) | {:.0} | {:.1} | {raw_secs:.1} |", args.events as f64 / raw_secs, mb / raw_secs);
+    println!(
+        "| produce (rdkafka) | {:.0} | {:.1} | {produce_secs:.1} |",
+        args.events as f64 / produce_secs,
+        mb / produce_secs
+    );
+    println!(
+        "| raw consumer (rdkafka, reads only) | {:.0} | {:.1} | {raw_secs:.1} |",
+        args.events as f64 / raw_secs,
+        mb / raw_secs
+    );
     println!(
         "| Sluice topic → table (stream created → all rows queryable) | {:.0} | {:.1} | {sluice_secs:.1} |",
         args.events as f64 / sluice_secs,

@@ -207,7 +207,8 @@ impl ServerProcess {
     }
 
     async fn create(&self, http: &reqwest::Client, stream: Value) -> Result<Value, String> {
-        let r = http.post(format!("{}/api/streams", self.base)).json(&stream).send().await.map_err(|e| e.to_string())?;
+        let r =
+            http.post(format!("{}/api/streams", self.base)).json(&stream).send().await.map_err(|e| e.to_string())?;
         let status = r.status();
         let body: Value = r.json().await.map_err(|e| e.to_string())?;
         if status.is_success() { Ok(body) } else { Err(format!("create failed: {body}")) }
