@@ -245,6 +245,17 @@ impl ClientContext for Context {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
         self.report(&error, reason);
     }
+
+    /// librdkafka's own log lines, into `tracing` (set the `debug` property to get more).
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        use rdkafka::config::RDKafkaLogLevel as L;
+        match level {
+            L::Emerg | L::Alert | L::Critical | L::Error => tracing::error!(facility, "{message}"),
+            L::Warning => tracing::warn!(facility, "{message}"),
+            L::Notice | L::Info => tracing::info!(facility, "{message}"),
+            L::Debug => tracing::debug!(facility, "{message}"),
+        }
+    }
 }
 
 impl ConsumerContext for Context {
