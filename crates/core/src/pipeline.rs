@@ -90,35 +90,50 @@ struct InFlight {
 pub async fn run(mut s: Stream<'_>, checkpoint: Checkpoint) -> Result<Checkpoint> {
     s.metrics.set_state("running", None);
     let mut durable = checkpoint.clone();
-    let mut decoded_to = checkpoint;
     let mut inflight: Option<InFlight> = None;
+    let outcome = run_batches(&mut s, checkpoint, &mut inflight, &mut durable).await;
+    // Whatever ended the loop, the write in flight ends before we return: the caller reloads
+    // the checkpoint from the sink, and must not read it while a write may still land.
+    let drained = drain(&mut s, &mut inflight, &mut durable).await;
+    outcome.and(drained).map(|()| durable)
+}
+
+/// The loop proper: gather, decode, and hand each unit to the sink behind the previous one.
+async fn run_batches(
+    s: &mut Stream<'_>,
+    checkpoint: Checkpoint,
+    inflight: &mut Option<InFlight>,
+    durable: &mut Checkpoint,
+) -> Result<()> {
+    let mut decoded_to = checkpoint;
     loop {
         let first = tokio::select! {
-            _ = s.cancel.cancelled() => break,
+            _ = s.cancel.cancelled() => return Ok(()),
             chunk = s.source.next() => chunk?,
-            done = join(&mut inflight), if inflight.is_some() => {
-                durable = finish(&mut s, &mut inflight, done).await?;
+            done = join(inflight), if inflight.is_some() => {
+                *durable = finish(s, inflight, done).await?;
                 continue;
             }
         };
-        let Some(first) = first else { break };
-        let (chunks, ended) = gather(&mut s, first, &mut inflight, &mut durable).await?;
-        let (unit, arrived) = decode(&mut s, chunks, &decoded_to)?;
+        let Some(first) = first else { return Ok(()) };
+        let (chunks, ended) = gather(s, first, inflight, durable).await?;
+        let (unit, arrived) = decode(s, chunks, &decoded_to)?;
         decoded_to = unit.checkpoint.clone();
-        if inflight.is_some() {
-            let done = join(&mut inflight).await;
-            durable = finish(&mut s, &mut inflight, done).await?;
-        }
-        inflight = Some(submit(&s, unit, arrived));
+        drain(s, inflight, durable).await?;
+        *inflight = Some(submit(s, unit, arrived));
         if ended {
-            break;
+            return Ok(());
         }
     }
+}
+
+/// Wait for the in-flight write, if any, and finish it.
+async fn drain(s: &mut Stream<'_>, inflight: &mut Option<InFlight>, durable: &mut Checkpoint) -> Result<()> {
     if inflight.is_some() {
-        let done = join(&mut inflight).await;
-        durable = finish(&mut s, &mut inflight, done).await?;
+        let done = join(inflight).await;
+        *durable = finish(s, inflight, done).await?;
     }
-    Ok(durable)
+    Ok(())
 }
 
 /// Collect chunks until a flush rule fires, finishing an in-flight write meanwhile. Returns the

@@ -25,12 +25,17 @@ struct Log {
 struct FakeSource {
     chunks: VecDeque<Chunk>,
     log: Arc<Mutex<Log>>,
+    /// Fail instead of ending once the chunks run out.
+    fail_at_end: bool,
 }
 
 #[async_trait]
 impl Source for FakeSource {
     async fn next(&mut self) -> Result<Option<Chunk>> {
-        Ok(self.chunks.pop_front())
+        match self.chunks.pop_front() {
+            None if self.fail_at_end => Err(Error::new(ErrorKind::Connect, "source lost")),
+            next => Ok(next),
+        }
     }
     async fn commit(&mut self, position: &Position) -> Result<()> {
         let mut log = self.log.lock().unwrap();
@@ -74,8 +79,17 @@ fn chunks(n: i64) -> VecDeque<Chunk> {
 }
 
 async fn drive(n: i64, fail: Vec<ErrorKind>, flush: FlushConfig) -> (Result<Checkpoint>, Arc<Mutex<Log>>) {
+    drive_source(n, false, fail, flush).await
+}
+
+async fn drive_source(
+    n: i64,
+    fail_at_end: bool,
+    fail: Vec<ErrorKind>,
+    flush: FlushConfig,
+) -> (Result<Checkpoint>, Arc<Mutex<Log>>) {
     let log = Arc::new(Mutex::new(Log::default()));
-    let mut source = FakeSource { chunks: chunks(n), log: log.clone() };
+    let mut source = FakeSource { chunks: chunks(n), log: log.clone(), fail_at_end };
     let sink = Arc::new(FakeSink { log: log.clone(), fail: Mutex::new(fail) });
     let mut decoder = Decoder::new("t".into(), MetadataConfig::default(), HashMap::new());
     let stream = Stream {
@@ -129,4 +143,13 @@ async fn fatal_errors_abort_without_committing() {
     let log = log.lock().unwrap();
     assert!(log.commits.is_empty());
     assert_eq!(log.aborts, 1);
+}
+
+#[tokio::test]
+async fn a_source_error_still_finishes_the_write_in_flight() {
+    let (result, log) = drive_source(3, true, vec![], one_per_batch()).await;
+    assert_eq!(result.unwrap_err().kind(), ErrorKind::Connect);
+    let log = log.lock().unwrap();
+    assert_eq!(log.durable, [1, 2, 3], "every submitted write ended before run returned");
+    assert_eq!(log.commits, [1, 2, 3], "and its position was committed upstream");
 }
