@@ -194,6 +194,11 @@ impl KafkaConfig {
         for (k, v) in &self.properties {
             c.set(k, v);
         }
+        // librdkafka drops debug lines below the client's log level, which otherwise follows the
+        // `log` crate (unused here); asking for `debug` contexts means wanting to see them.
+        if self.properties.contains_key("debug") {
+            c.set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
+        }
         c
     }
 }

@@ -193,21 +193,15 @@ impl Context {
                     Offset::Offset(o) if o >= 0 => Some(o),
                     _ => None,
                 });
-            // Resume from the group's committed offset whenever there is one, and skip what lies
-            // below the stored offset as the messages come (`push`). An explicit offset is set
-            // only when the group has none: tansu 0.6.0 sends nothing for explicit offsets once
-            // a member of the group has died without leaving.
-            let offset = match (stored, group) {
-                (_, Some(g)) => {
-                    buffer.read.entry(topic.clone()).or_default().insert(partition, stored.unwrap_or(g).max(g));
-                    Offset::Invalid
-                }
-                (Some(o), None) => {
+            // The larger of the two: the group moves past the stored offset when another member
+            // wrote a partition's messages into its own workspace.
+            let offset = match stored.max(group) {
+                Some(o) => {
                     buffer.read.entry(topic.clone()).or_default().insert(partition, o);
                     Offset::Offset(o)
                 }
-                (None, None) if self.start == StartFrom::Oldest => Offset::Beginning,
-                (None, None) => Offset::End,
+                None if self.start == StartFrom::Oldest => Offset::Beginning,
+                None => Offset::End,
             };
             tracing::info!(topic = %topic, partition, ?offset, "Partition assigned.");
             let _ = tpl.set_partition_offset(&topic, partition, offset);
