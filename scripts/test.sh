@@ -4,9 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-# Test peers: tansu (a Kafka-compatible broker, built once into the cache) and socat (the TLS
-# front end tansu 0.6.0 lacks).
+# Test peers: tansu (a Kafka-compatible broker, built once into the cache), socat (the TLS
+# front end tansu 0.6.0 lacks) and kinesis-local.
 source scripts/services/tansu.sh
+# kinesis-local (npm), the Kinesis emulator.
+source scripts/services/kinesis.sh
 if ! command -v socat >/dev/null 2>&1; then
   echo "sluice: installing socat (Debian package)" >&2
   apt-get update -qq >/dev/null

@@ -2,6 +2,7 @@
 
 pub mod http_push;
 pub mod kafka;
+pub mod kinesis;
 mod stream;
 pub mod workspace;
 

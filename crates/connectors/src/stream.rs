@@ -8,6 +8,7 @@ use sluice_core::{FlushConfig, MetadataConfig, Position, Result, Secret, Source,
 
 use crate::http_push::{self, HttpPushConfig, PushHandle};
 use crate::kafka::{KafkaConfig, KafkaSource};
+use crate::kinesis::{KinesisConfig, KinesisSource};
 
 /// One stream: a source, a destination table in the workspace, and how to batch.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -54,6 +55,7 @@ impl StreamConfig {
         match &self.source {
             SourceConfig::HttpPush(c) => c.validate(),
             SourceConfig::Kafka(c) => c.validate(),
+            SourceConfig::Kinesis(c) => c.validate(),
         }
     }
 
@@ -61,10 +63,21 @@ impl StreamConfig {
     /// the serialized config, which never contains them.
     pub fn secrets(&self) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
-        if let SourceConfig::Kafka(kafka) = &self.source
-            && let Some(p) = kafka.sasl.as_ref().and_then(|s| s.password.as_ref())
-        {
-            out.insert("source.sasl.password".to_string(), p.expose().to_string());
+        let mut keep = |path: &str, secret: Option<&Secret>| {
+            if let Some(s) = secret {
+                out.insert(path.to_string(), s.expose().to_string());
+            }
+        };
+        match &self.source {
+            SourceConfig::Kafka(kafka) => {
+                keep("source.sasl.password", kafka.sasl.as_ref().and_then(|s| s.password.as_ref()));
+            }
+            SourceConfig::Kinesis(kinesis) => {
+                let credentials = kinesis.credentials.as_ref();
+                keep("source.credentials.secret_access_key", credentials.and_then(|c| c.secret_access_key.as_ref()));
+                keep("source.credentials.session_token", credentials.and_then(|c| c.session_token.as_ref()));
+            }
+            SourceConfig::HttpPush(_) => {}
         }
         out
     }
@@ -72,12 +85,26 @@ impl StreamConfig {
     /// Put secrets back where [`StreamConfig::secrets`] found them, unless the config already
     /// carries a new value.
     pub fn restore_secrets(&mut self, secrets: &BTreeMap<String, String>) {
-        if let SourceConfig::Kafka(kafka) = &mut self.source
-            && let Some(sasl) = kafka.sasl.as_mut()
-            && sasl.password.is_none()
-            && let Some(p) = secrets.get("source.sasl.password")
-        {
-            sasl.password = Some(Secret::new(p.clone()));
+        let restore = |slot: &mut Option<Secret>, path: &str| {
+            if slot.is_none()
+                && let Some(s) = secrets.get(path)
+            {
+                *slot = Some(Secret::new(s.clone()));
+            }
+        };
+        match &mut self.source {
+            SourceConfig::Kafka(kafka) => {
+                if let Some(sasl) = kafka.sasl.as_mut() {
+                    restore(&mut sasl.password, "source.sasl.password");
+                }
+            }
+            SourceConfig::Kinesis(kinesis) => {
+                if let Some(c) = kinesis.credentials.as_mut() {
+                    restore(&mut c.secret_access_key, "source.credentials.secret_access_key");
+                    restore(&mut c.session_token, "source.credentials.session_token");
+                }
+            }
+            SourceConfig::HttpPush(_) => {}
         }
     }
 }
@@ -90,6 +117,8 @@ pub enum SourceConfig {
     HttpPush(HttpPushConfig),
     /// Messages from Kafka topics.
     Kafka(Box<KafkaConfig>),
+    /// Records from every shard of an Amazon Kinesis data stream.
+    Kinesis(Box<KinesisConfig>),
 }
 
 impl Default for SourceConfig {
@@ -126,6 +155,10 @@ pub fn build_source(config: &SourceConfig, ctx: SourceContext<'_>) -> Result<(Bo
         }
         SourceConfig::Kafka(c) => {
             let source = KafkaSource::build(c, ctx.stream, ctx.position, ctx.metrics)?;
+            Ok((Box::new(source), SourceHandle::None))
+        }
+        SourceConfig::Kinesis(c) => {
+            let source = KinesisSource::build(c, ctx.position, ctx.metrics)?;
             Ok((Box::new(source), SourceHandle::None))
         }
     }

@@ -132,6 +132,10 @@ pub struct RecordMeta {
     pub headers: Option<Value>,
     /// Route key for destination templates (topic, source table).
     pub route: Option<String>,
+    /// Shard, for sources whose partitions are named (Kinesis).
+    pub shard: Option<String>,
+    /// Sequence number as text, for sources whose positions do not fit 64 bits (Kinesis).
+    pub sequence: Option<String>,
 }
 
 /// What a source hands the run loop.

@@ -22,15 +22,19 @@ pub struct StreamMetrics {
     batches: AtomicU64,
     last_event_us: AtomicI64,
     max_lag: AtomicI64,
+    max_lag_ms: AtomicI64,
     inner: Mutex<Inner>,
 }
 
 /// How far a stream is behind its source on one partition or shard.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Lag {
-    /// Messages between the stream's durable position and the newest message.
-    pub messages: i64,
-    /// Age of the oldest message read but not yet durable, in seconds (0 when none).
+    /// Messages between the stream's durable position and the newest message, where the
+    /// source can count them (Kafka; not Kinesis).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub messages: Option<i64>,
+    /// How far behind the newest record, in seconds: the age of the oldest message read but
+    /// not yet durable (Kafka), or MillisBehindLatest (Kinesis). 0 when caught up.
     pub age_seconds: f64,
 }
 
@@ -45,6 +49,7 @@ struct Inner {
     latency_max: u64,
     rate: VecDeque<(Instant, u64)>,
     lag: BTreeMap<String, Lag>,
+    source: BTreeMap<&'static str, f64>,
 }
 
 /// A snapshot for the API.
@@ -76,6 +81,11 @@ pub struct MetricsSnapshot {
     pub lag_messages: i64,
     /// Largest total lag seen since start.
     pub max_lag_messages: i64,
+    /// Largest per-partition or per-shard lag in seconds seen since start.
+    pub max_lag_seconds: f64,
+    /// Source-specific gauges and counters, e.g. Kinesis `open_shards`, `throttled`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub source: BTreeMap<&'static str, f64>,
 }
 
 /// Latency figures in milliseconds since start (min, max, avg) and over recent batches (p99).
@@ -106,6 +116,7 @@ impl StreamMetrics {
             batches: AtomicU64::new(totals.batches),
             last_event_us: AtomicI64::new(totals.last_event_us.unwrap_or(i64::MIN)),
             max_lag: AtomicI64::new(0),
+            max_lag_ms: AtomicI64::new(0),
             inner: Mutex::new(Inner {
                 state: "starting",
                 last_error: None,
@@ -116,6 +127,7 @@ impl StreamMetrics {
                 latency_max: 0,
                 rate: VecDeque::new(),
                 lag: BTreeMap::new(),
+                source: BTreeMap::new(),
             }),
         }
     }
@@ -130,10 +142,19 @@ impl StreamMetrics {
 
     /// Replace the lag of every partition (the source's current assignment).
     pub fn set_lag(&self, lag: BTreeMap<String, Lag>) {
-        let total: i64 = lag.values().map(|l| l.messages.max(0)).sum();
+        let total: i64 = lag.values().filter_map(|l| l.messages).map(|m| m.max(0)).sum();
         self.max_lag.fetch_max(total, Ordering::Relaxed);
+        let worst = lag.values().map(|l| (l.age_seconds * 1000.0) as i64).max().unwrap_or(0);
+        self.max_lag_ms.fetch_max(worst, Ordering::Relaxed);
         if let Ok(mut inner) = self.inner.lock() {
             inner.lag = lag;
+        }
+    }
+
+    /// Set a source-specific gauge or counter.
+    pub fn set_source(&self, name: &'static str, value: f64) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.source.insert(name, value);
         }
     }
 
@@ -204,7 +225,9 @@ impl StreamMetrics {
                 .then(|| chrono::DateTime::from_timestamp_micros(last).map(|t| t.to_rfc3339()))
                 .flatten(),
             messages_per_sec,
-            lag_messages: inner.lag.values().map(|l| l.messages.max(0)).sum(),
+            lag_messages: inner.lag.values().filter_map(|l| l.messages).map(|m| m.max(0)).sum(),
+            max_lag_seconds: self.max_lag_ms.load(Ordering::Relaxed) as f64 / 1000.0,
+            source: inner.source.clone(),
             lag: inner.lag.clone(),
             max_lag_messages: self.max_lag.load(Ordering::Relaxed),
             latency_ms: LatencySnapshot {

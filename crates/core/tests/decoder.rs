@@ -100,6 +100,10 @@ fn metadata_columns_and_templates() {
         offset: true,
         event_time: true,
         headers: true,
+        shard_id: true,
+        sequence_number: true,
+        partition_key: true,
+        arrival_time: true,
     };
     let d = Decoder::new("events_*".into(), meta, HashMap::new());
     let record = Record {
@@ -113,6 +117,8 @@ fn metadata_columns_and_templates() {
             event_time_us: Some(5),
             headers: Some(json!({"h": "v"})),
             route: Some("orders".into()),
+            shard: Some("shardId-000000000001".into()),
+            sequence: Some("49590338271490256608559692538361571095921575989136588898".into()),
         },
     };
     let (out, _) = d.decode(vec![record], 1).unwrap();
@@ -122,8 +128,24 @@ fn metadata_columns_and_templates() {
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     assert_eq!(
         names,
-        ["_received_at", "_position", "_key", "_topic", "_partition", "_offset", "_event_time", "_headers", "a"]
+        [
+            "_received_at",
+            "_position",
+            "_key",
+            "_topic",
+            "_partition",
+            "_offset",
+            "_event_time",
+            "_headers",
+            "_shard_id",
+            "_sequence_number",
+            "_partition_key",
+            "_arrival_time",
+            "a"
+        ]
     );
+    let seq = w.data.column(9).as_string::<i32>();
+    assert_eq!(seq.value(1), "49590338271490256608559692538361571095921575989136588898");
     let pos = w.data.column(1).as_primitive::<Int64Type>();
     assert_eq!((pos.value(0), pos.value(1)), (1, 2));
 }

@@ -2,10 +2,12 @@
 
 mod broker;
 mod harness;
+mod kinesis_local;
 
 mod api;
 mod crash;
 mod kafka;
 mod kafka_faults;
+mod kinesis;
 mod push;
 mod schema;

@@ -141,6 +141,8 @@ impl Context {
             event_time_us: ts_ms.map(|ms| ms * 1000),
             headers: message.headers().map(headers_json),
             route: Some(topic),
+            shard: None,
+            sequence: None,
         };
         buffer.records.push(Record { payload: Payload::Bytes(payload), meta });
     }
@@ -172,7 +174,7 @@ impl Context {
                     age_seconds = ((now_ms - ts) as f64 / 1000.0).max(0.0);
                 }
             }
-            lag.insert(format!("{topic}/{partition}"), Lag { messages: (high - at).max(0), age_seconds });
+            lag.insert(format!("{topic}/{partition}"), Lag { messages: Some((high - at).max(0)), age_seconds });
         }
         self.metrics.set_lag(lag);
     }

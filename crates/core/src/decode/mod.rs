@@ -46,6 +46,14 @@ pub struct MetadataConfig {
     pub event_time: bool,
     /// `_headers` JSON: message headers, for sources that have them.
     pub headers: bool,
+    /// `_shard_id` VARCHAR: the Kinesis shard.
+    pub shard_id: bool,
+    /// `_sequence_number` VARCHAR: the Kinesis sequence number (up to 128 bits, so text).
+    pub sequence_number: bool,
+    /// `_partition_key` VARCHAR: the Kinesis partition key.
+    pub partition_key: bool,
+    /// `_arrival_time` TIMESTAMPTZ: when Kinesis accepted the record.
+    pub arrival_time: bool,
 }
 
 /// What one decode produced.
@@ -156,8 +164,18 @@ pub struct Pending {
     schemas: Vec<(String, TableSchema)>,
 }
 
+/// A text value, or NULL.
+fn text(v: Option<&str>) -> Fit<'_> {
+    v.map_or(Fit::Null, |t| Fit::Text(t.into()))
+}
+
 fn source_coordinates(meta: &RecordMeta) -> Option<Value> {
-    if meta.topic.is_none() && meta.partition.is_none() && meta.offset.is_none() && meta.route.is_none() {
+    if meta.topic.is_none()
+        && meta.partition.is_none()
+        && meta.offset.is_none()
+        && meta.route.is_none()
+        && meta.shard.is_none()
+    {
         return None;
     }
     let mut m = Map::new();
@@ -172,6 +190,12 @@ fn source_coordinates(meta: &RecordMeta) -> Option<Value> {
     }
     if let Some(o) = meta.offset {
         m.insert("offset".into(), Value::from(o));
+    }
+    if let Some(shard) = &meta.shard {
+        m.insert("shard".into(), Value::from(shard.as_str()));
+    }
+    if let Some(seq) = &meta.sequence {
+        m.insert("sequence_number".into(), Value::from(seq.as_str()));
     }
     Some(Value::Object(m))
 }
@@ -250,6 +274,19 @@ impl TableBuilder {
         if m.headers {
             let v = meta.headers.as_ref().map_or(Fit::Null, |h| Fit::Text(h.to_string().into()));
             self.put_typed(ctx, "_headers", ColumnType::Json, v, rejects);
+        }
+        if m.shard_id {
+            self.put_typed(ctx, "_shard_id", ColumnType::Varchar, text(meta.shard.as_deref()), rejects);
+        }
+        if m.sequence_number {
+            self.put_typed(ctx, "_sequence_number", ColumnType::Varchar, text(meta.sequence.as_deref()), rejects);
+        }
+        if m.partition_key {
+            self.put_typed(ctx, "_partition_key", ColumnType::Varchar, text(meta.key.as_deref()), rejects);
+        }
+        if m.arrival_time {
+            let v = meta.event_time_us.map_or(Fit::Null, Fit::Micros);
+            self.put_typed(ctx, "_arrival_time", ColumnType::Timestamptz, v, rejects);
         }
     }
 

@@ -36,7 +36,7 @@ pub async fn prometheus(State(state): State<AppState>) -> impl IntoResponse {
 type Getter = fn(&MetricsSnapshot) -> f64;
 
 fn render(streams: &[(String, MetricsSnapshot)]) -> String {
-    let families: [(&str, &str, &str, Getter); 12] = [
+    let families: [(&str, &str, &str, Getter); 13] = [
         ("sluice_stream_events_in_total", "counter", "Events received.", |m| m.events_in as f64),
         ("sluice_stream_rows_written_total", "counter", "Rows written to tables.", |m| m.rows_written as f64),
         ("sluice_stream_rejects_total", "counter", "Rows added to the rejects ledger.", |m| m.rejects as f64),
@@ -57,6 +57,9 @@ fn render(streams: &[(String, MetricsSnapshot)]) -> String {
             m.lag_messages as f64
         }),
         ("sluice_stream_max_lag_messages", "gauge", "Largest total lag since start.", |m| m.max_lag_messages as f64),
+        ("sluice_stream_max_lag_seconds", "gauge", "Largest per-partition lag in seconds since start.", |m| {
+            m.max_lag_seconds
+        }),
     ];
     let mut out = String::new();
     for (name, kind, help, get) in families {
@@ -65,28 +68,43 @@ fn render(streams: &[(String, MetricsSnapshot)]) -> String {
             let _ = writeln!(out, "{name}{{stream=\"{}\"}} {}", escape(stream), get(m));
         }
     }
-    type LagGetter = fn(&sluice_core::Lag) -> f64;
+    type LagGetter = fn(&sluice_core::Lag) -> Option<f64>;
     let per_partition: [(&str, &str, LagGetter); 2] = [
         (
             "sluice_stream_lag_messages",
             "Messages behind the source on one partition (high watermark minus position).",
-            |l| l.messages as f64,
+            |l| l.messages.map(|m| m as f64),
         ),
-        ("sluice_stream_lag_seconds", "Age of the oldest message read but not yet committed, per partition.", |l| {
-            l.age_seconds
-        }),
+        (
+            "sluice_stream_lag_seconds",
+            "Seconds behind the newest record, per partition or shard (Kinesis: MillisBehindLatest).",
+            |l| Some(l.age_seconds),
+        ),
     ];
     for (name, help, get) in per_partition {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
         for (stream, m) in streams {
             for (partition, lag) in &m.lag {
+                let Some(value) = get(lag) else { continue };
                 let _ = writeln!(
                     out,
                     "{name}{{stream=\"{}\",partition=\"{}\"}} {}",
                     escape(stream),
                     escape(partition),
-                    get(lag)
+                    value
                 );
+            }
+        }
+    }
+    let mut names: Vec<&str> = streams.iter().flat_map(|(_, m)| m.source.keys().copied()).collect();
+    names.sort_unstable();
+    names.dedup();
+    for key in names {
+        let name = format!("sluice_stream_source_{key}");
+        let _ = writeln!(out, "# HELP {name} Source-specific: {key}.\n# TYPE {name} gauge");
+        for (stream, m) in streams {
+            if let Some(v) = m.source.get(key) {
+                let _ = writeln!(out, "{name}{{stream=\"{}\"}} {v}", escape(stream));
             }
         }
     }

@@ -1,0 +1,11 @@
+//! Amazon Kinesis Data Streams: every shard, through resharding, checkpointed after the write.
+
+mod config;
+mod kpl;
+mod reader;
+pub mod shards;
+mod source;
+
+pub use config::{KinesisConfig, KinesisCredentials, KinesisStart};
+pub use kpl::{KPL_MAGIC, deaggregate};
+pub use source::KinesisSource;
