@@ -70,6 +70,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Measure a Kafka topic → table stream against a raw consumer of the same topic.
     BenchKafka(bench::kafka::KafkaBenchArgs),
+    /// Measure a Kinesis stream → table stream against a raw GetRecords reader of its shards.
+    BenchKinesis(bench::kinesis::KinesisBenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -96,6 +98,7 @@ fn main() -> std::process::ExitCode {
             }
             Command::Bench(args) => bench::run(args).await,
             Command::BenchKafka(args) => bench::kafka::run(args).await,
+            Command::BenchKinesis(args) => bench::kinesis::run(args).await,
         }
     });
     match result {

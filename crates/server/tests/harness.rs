@@ -56,11 +56,17 @@ impl Server {
     }
 
     pub async fn start_with(dir: &Path, extra: &[&str]) -> Self {
+        Self::start_env(dir, extra, &[]).await
+    }
+
+    /// Start with extra arguments and environment variables.
+    pub async fn start_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let child = Command::new(BIN)
             .args(["serve", "--data-dir", dir.to_str().unwrap(), "--listen", &listen])
             .args(extra)
+            .envs(env.iter().copied())
             .env("RUST_LOG", std::env::var("SLUICE_TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -158,8 +158,14 @@ async fn malformed_records_go_to_the_ledger_and_kpl_aggregates_are_split() {
     let kinesis = KinesisLocal::start().await;
     kinesis.create_stream("mixed", 1).await;
     let dir = DataDir::new("kinesis-mixed");
-    let server = Server::start(&dir.0).await;
-    server.create_stream(stream_config("m", "mixed", &kinesis, "mixed")).await;
+    // No key pair and no region in the config: the default provider chain finds them.
+    let env = [("AWS_ACCESS_KEY_ID", "from-env"), ("AWS_SECRET_ACCESS_KEY", "from-env"), ("AWS_REGION", "us-east-1")];
+    let server = Server::start_env(&dir.0, &[], &env).await;
+    let mut config = stream_config("m", "mixed", &kinesis, "mixed");
+    let source = config["source"].as_object_mut().unwrap();
+    source.remove("credentials");
+    source.remove("region");
+    server.create_stream(config).await;
     let aggregate =
         kpl_aggregate(&[(0, br#"{"id": 10}"#), (1, br#"{"id": 11}"#), (0, br#"{"id": 12}"#)], &["agg-a", "agg-b"]);
     let records = vec![

@@ -62,3 +62,30 @@ pub fn deaggregate(data: &[u8], record_key: &str) -> Option<Vec<(String, Bytes)>
         .collect();
     Some(out)
 }
+
+/// Build an aggregate of `records` (partition key, data) as the KPL does; for producers such as
+/// `sluice bench-kinesis`.
+pub fn aggregate(records: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut keys: Vec<String> = Vec::new();
+    let mut users = Vec::with_capacity(records.len());
+    for (key, data) in records {
+        let index = keys.iter().position(|k| k == key).unwrap_or_else(|| {
+            keys.push((*key).to_string());
+            keys.len() - 1
+        });
+        users.push(UserRecord {
+            partition_key_index: index as u64,
+            explicit_hash_key_index: None,
+            data: Bytes::copy_from_slice(data),
+        });
+    }
+    let message = prost::Message::encode_to_vec(&AggregatedRecord {
+        partition_key_table: keys,
+        explicit_hash_key_table: Vec::new(),
+        records: users,
+    });
+    let mut out = KPL_MAGIC.to_vec();
+    out.extend_from_slice(&message);
+    out.extend_from_slice(Md5::digest(&message).as_slice());
+    out
+}

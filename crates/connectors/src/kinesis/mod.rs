@@ -7,5 +7,5 @@ pub mod shards;
 mod source;
 
 pub use config::{KinesisConfig, KinesisCredentials, KinesisStart};
-pub use kpl::{KPL_MAGIC, deaggregate};
+pub use kpl::{KPL_MAGIC, aggregate, deaggregate};
 pub use source::KinesisSource;

@@ -3,6 +3,7 @@
 
 mod events;
 pub mod kafka;
+pub mod kinesis;
 mod report;
 
 use std::path::{Path, PathBuf};
