@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use sluice_core::{FlushConfig, MetadataConfig, Position, Result, Secret, Source, StreamMetrics, error::Error};
+use sluice_core::{
+    ChangeConfig, FlushConfig, Format, MetadataConfig, Mode, Position, Result, Secret, Source, StreamMetrics,
+    error::Error,
+};
 
 use crate::http_push::{self, HttpPushConfig, PushHandle};
 use crate::kafka::{KafkaConfig, KafkaSource};
@@ -28,6 +31,19 @@ pub struct StreamConfig {
     /// Micro-batch rules.
     #[serde(default)]
     pub flush: FlushConfig,
+    /// `append` (every event a row) or `mirror` (one row per key: inserts and updates replace
+    /// it, deletes remove it).
+    #[serde(default)]
+    pub mode: Mode,
+    /// Key columns for `mirror`; Debezium events default to their key's fields.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
+    /// With `mirror`: also append every change to `<table>__changes`.
+    #[serde(default)]
+    pub history: bool,
+    /// `json`, or `debezium` change events.
+    #[serde(default)]
+    pub format: Format,
     /// For declared streams: the push key to accept. When absent one is generated and shown
     /// once. Stored hashed, never serialized back.
     #[serde(default, skip_serializing)]
@@ -52,11 +68,17 @@ impl StreamConfig {
             return Err(Error::config("push_key", "must be at least 16 characters"));
         }
         self.flush.validate()?;
+        self.changes().validate()?;
         match &self.source {
             SourceConfig::HttpPush(c) => c.validate(),
             SourceConfig::Kafka(c) => c.validate(),
             SourceConfig::Kinesis(c) => c.validate(),
         }
+    }
+
+    /// Mode, keys, history and format, as the decoder takes them.
+    pub fn changes(&self) -> ChangeConfig {
+        ChangeConfig { mode: self.mode, keys: self.keys.clone(), history: self.history, format: self.format }
     }
 
     /// The secrets inside the source config, by field path. The server keeps them apart from

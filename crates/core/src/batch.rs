@@ -51,6 +51,57 @@ pub struct TableWrite {
     pub changes: Vec<SchemaChange>,
     /// The rows; column names are table column names.
     pub data: RecordBatch,
+    /// For a mirrored table: what each row is (upsert or delete, in which order).
+    pub mirror: Option<MirrorWrite>,
+}
+
+/// What the rows of a mirrored table's write mean, one entry per row.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MirrorWrite {
+    /// Key columns.
+    pub keys: Vec<String>,
+    /// Also append every change to `<table>__changes`.
+    pub history: bool,
+    /// The change each row carries.
+    pub ops: Vec<ChangeOp>,
+    /// Source order: the stream sequence of the change. The last change per key wins.
+    pub orders: Vec<i64>,
+    /// Whether the row is a change of its own for the history (the delete half of a key move
+    /// is not).
+    pub recorded: Vec<bool>,
+    /// When the change happened at the source, microseconds since the epoch.
+    pub change_us: Vec<Option<i64>>,
+    /// The source position of the change, as JSON.
+    pub sources: Vec<Option<String>>,
+}
+
+/// The kind of a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeOp {
+    /// A row was inserted.
+    Insert,
+    /// A row was updated.
+    Update,
+    /// A row was deleted.
+    Delete,
+    /// A row read by a snapshot.
+    Snapshot,
+    /// The latest version of a keyed event (a plain JSON feed in mirror mode).
+    Upsert,
+}
+
+impl ChangeOp {
+    /// The name stored in `_op`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Insert => "insert",
+            Self::Update => "update",
+            Self::Delete => "delete",
+            Self::Snapshot => "snapshot",
+            Self::Upsert => "upsert",
+        }
+    }
 }
 
 /// A row of the rejects ledger: a value or an event that could not be stored as is.

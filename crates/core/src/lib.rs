@@ -13,8 +13,11 @@ pub mod secret;
 pub mod sink;
 pub mod source;
 
-pub use batch::{Checkpoint, Chunk, Payload, Position, Record, RecordMeta, Reject, TableWrite, Totals, WriteUnit};
-pub use decode::{Decoder, MetadataConfig};
+pub use batch::{
+    ChangeOp, Checkpoint, Chunk, MirrorWrite, Payload, Position, Record, RecordMeta, Reject, TableWrite, Totals,
+    WriteUnit,
+};
+pub use decode::{ChangeConfig, Decoder, Format, MetadataConfig, Mode};
 pub use error::{Error, ErrorKind, Result};
 pub use metrics::{Lag, MetricsSnapshot, StreamMetrics};
 pub use pipeline::{FlushConfig, Stream};

@@ -220,10 +220,11 @@ async fn supervise(
 async fn reload(workspace: &Workspace, config: &StreamConfig) -> Result<(sluice_core::Checkpoint, Decoder)> {
     let checkpoint = workspace.checkpoint(&config.name).await?.unwrap_or_default();
     let mut schemas = HashMap::new();
-    if !config.table.contains('*')
-        && let Some(schema) = workspace.table_schema(&config.table).await?
-    {
-        schemas.insert(config.table.clone(), schema);
+    for table in workspace.tables_matching(&config.table).await? {
+        if let Some(schema) = workspace.table_schema(&table).await? {
+            schemas.insert(table, schema);
+        }
     }
-    Ok((checkpoint, Decoder::new(config.table.clone(), config.metadata.clone(), schemas)))
+    let decoder = Decoder::new(config.table.clone(), config.metadata.clone(), schemas).with_changes(config.changes());
+    Ok((checkpoint, decoder))
 }

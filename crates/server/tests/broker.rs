@@ -220,3 +220,22 @@ impl Drop for Broker {
         }
     }
 }
+
+/// Produce (key, value) messages in order to partition 0 and wait for all; a `None` value is
+/// a tombstone. Use an idempotent producer so retries keep the order.
+pub async fn produce_keyed(producer: &FutureProducer, topic: &str, messages: &[(Option<String>, Option<String>)]) {
+    let mut acks = Vec::with_capacity(messages.len());
+    for (key, value) in messages {
+        let mut record: FutureRecord<'_, String, String> = FutureRecord::to(topic).partition(0);
+        if let Some(k) = key {
+            record = record.key(k);
+        }
+        if let Some(v) = value {
+            record = record.payload(v);
+        }
+        acks.push(producer.send_result(record).map_err(|(e, _)| e).expect("enqueue"));
+    }
+    for ack in acks {
+        ack.await.expect("delivery").map_err(|(e, _)| e).expect("acked");
+    }
+}

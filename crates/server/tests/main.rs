@@ -9,5 +9,6 @@ mod crash;
 mod kafka;
 mod kafka_faults;
 mod kinesis;
+mod mirror;
 mod push;
 mod schema;

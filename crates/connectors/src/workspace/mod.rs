@@ -1,6 +1,7 @@
 //! The embedded DuckDB workspace: the default sink, the state store, the rejects ledger and the
 //! stream registry, all in one database file.
 
+mod mirror;
 mod query;
 mod secrets;
 mod sink;

@@ -45,6 +45,29 @@ impl Sink for Workspace {
     }
 }
 
+/// Keep `<table>__changes` in step with its table: the table's columns plus the history columns.
+fn history_ddl(conn: &Connection, table: &str, change: &SchemaChange) -> Result<()> {
+    let history = quote(&super::mirror::history_table(table));
+    let sql = match change {
+        SchemaChange::Create(_) => {
+            let extra: Vec<String> =
+                super::mirror::HISTORY_COLUMNS.iter().map(|(n, ty)| format!("NULL::{ty} AS {n}")).collect();
+            format!(
+                "CREATE TABLE IF NOT EXISTS main.{history} AS SELECT *, {} FROM main.{} LIMIT 0",
+                extra.join(", "),
+                quote(table)
+            )
+        }
+        SchemaChange::Add(c) => {
+            format!("ALTER TABLE main.{history} ADD COLUMN IF NOT EXISTS {} {}", quote(&c.name), c.ty.sql())
+        }
+        SchemaChange::Widen(c) => {
+            format!("ALTER TABLE main.{history} ALTER COLUMN {} SET DATA TYPE {}", quote(&c.name), c.ty.sql())
+        }
+    };
+    conn.execute_batch(&sql).map_err(db_error)
+}
+
 fn apply(conn: &Connection, unit: &WriteUnit) -> Result<()> {
     in_transaction(conn, |c| apply_in_transaction(c, unit))
 }
@@ -67,6 +90,17 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit) -> Result<()> {
                 }
             };
             conn.execute_batch(&sql).map_err(db_error)?;
+            if write.mirror.as_ref().is_some_and(|m| m.history) {
+                history_ddl(conn, &write.table, change)?;
+            }
+        }
+        if let Some(mirror) = &write.mirror {
+            if mirror.history {
+                // A stream that turns history on for an existing table.
+                history_ddl(conn, &write.table, &SchemaChange::Create(Vec::new()))?;
+            }
+            super::mirror::apply(conn, write, mirror)?;
+            continue;
         }
         let schema = write.data.schema();
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
@@ -83,7 +117,7 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit) -> Result<()> {
                     unit.stream,
                     r.table,
                     r.column,
-                    r.expected.map(|t| t.sql()),
+                    r.expected.map(|t| t.sql().into_owned()),
                     r.value,
                     r.sequence,
                     r.reason,

@@ -92,6 +92,38 @@ impl StateStore for Workspace {
 }
 
 impl Workspace {
+    /// The existing tables a destination template (`*`, `[db]`, `[schema]`, `[table]`) can
+    /// name, so a restarted stream knows their columns.
+    pub async fn tables_matching(&self, template: &str) -> Result<Vec<String>> {
+        let mut glob = String::new();
+        let mut rest = template;
+        while let Some(c) = rest.chars().next() {
+            let token = ["[db]", "[schema]", "[table]"].into_iter().find(|t| rest.starts_with(t));
+            if let Some(t) = token {
+                glob.push('*');
+                rest = &rest[t.len()..];
+                continue;
+            }
+            match c {
+                '*' => glob.push('*'),
+                '?' | '[' | ']' => glob.push_str(&format!("[{c}]")),
+                other => glob.push(other),
+            }
+            rest = &rest[c.len_utf8()..];
+        }
+        self.with_connection(move |c| {
+            let mut stmt = c
+                .prepare(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' \
+                     AND table_name GLOB ? ORDER BY table_name",
+                )
+                .map_err(db_error)?;
+            let rows = stmt.query_map([glob], |r| r.get::<_, String>(0)).map_err(db_error)?;
+            rows.collect::<std::result::Result<Vec<_>, _>>().map_err(db_error)
+        })
+        .await
+    }
+
     /// Every stored stream, by name.
     pub async fn streams(&self) -> Result<Vec<StoredStream>> {
         let mut secrets = self.secrets.load()?;

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanBuilder, Date32Builder, Float64Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+    ArrayRef, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder, Int64Builder, StringBuilder,
+    TimestampMicrosecondBuilder,
 };
 
 use crate::schema::{ColumnType, Fit};
@@ -16,6 +17,7 @@ pub(crate) enum ColumnBuilder {
     Text(StringBuilder),
     Micros(TimestampMicrosecondBuilder),
     Days(Date32Builder),
+    Decimal(Decimal128Builder),
 }
 
 impl ColumnBuilder {
@@ -27,6 +29,11 @@ impl ColumnBuilder {
             ColumnType::Varchar | ColumnType::Json => Self::Text(StringBuilder::new()),
             ColumnType::Timestamptz => Self::Micros(TimestampMicrosecondBuilder::new().with_timezone("UTC")),
             ColumnType::Date => Self::Days(Date32Builder::new()),
+            ColumnType::Decimal(scale) => Self::Decimal(
+                Decimal128Builder::new()
+                    .with_precision_and_scale(38, scale as i8)
+                    .unwrap_or_else(|_| Decimal128Builder::new()),
+            ),
         }
     }
 
@@ -39,6 +46,7 @@ impl ColumnBuilder {
             Self::Text(b) => b.len(),
             Self::Micros(b) => b.len(),
             Self::Days(b) => b.len(),
+            Self::Decimal(b) => b.len(),
         }
     }
 
@@ -55,6 +63,7 @@ impl ColumnBuilder {
             Self::Text(b) => b.append_nulls(missing),
             Self::Micros(b) => b.append_nulls(missing),
             Self::Days(b) => b.append_nulls(missing),
+            Self::Decimal(b) => b.append_nulls(missing),
         }
     }
 
@@ -69,12 +78,14 @@ impl ColumnBuilder {
             (Self::Text(b), Fit::Text(v)) => b.append_value(v.as_ref()),
             (Self::Micros(b), Fit::Micros(v)) => b.append_value(v),
             (Self::Days(b), Fit::Days(v)) => b.append_value(v),
+            (Self::Decimal(b), Fit::Decimal(v)) => b.append_value(v),
             (Self::Bool(b), _) => b.append_null(),
             (Self::Int(b), _) => b.append_null(),
             (Self::Float(b), _) => b.append_null(),
             (Self::Text(b), _) => b.append_null(),
             (Self::Micros(b), _) => b.append_null(),
             (Self::Days(b), _) => b.append_null(),
+            (Self::Decimal(b), _) => b.append_null(),
         }
     }
 
@@ -98,6 +109,7 @@ impl ColumnBuilder {
             Self::Text(b) => Arc::new(b.finish()),
             Self::Micros(b) => Arc::new(b.finish()),
             Self::Days(b) => Arc::new(b.finish()),
+            Self::Decimal(b) => Arc::new(b.finish()),
         }
     }
 }

@@ -5,14 +5,18 @@
 //! (two underscores), down to [`MAX_DEPTH`] levels; arrays, and objects below that depth, are
 //! kept as JSON text in a `JSON` column.
 
+pub mod change;
 mod column;
+mod mirror;
 
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::batch::{Payload, Record, RecordMeta, Reject, TableWrite};
+pub use change::{ChangeConfig, Format, Mode};
+
+use crate::batch::{MirrorWrite, Payload, Record, RecordMeta, Reject, TableWrite};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::json::decode_bytes;
 use crate::schema::{Column, ColumnType, Fit, SchemaChange, TableSchema, fit, kind_of};
@@ -76,6 +80,7 @@ pub struct Decoded {
 pub struct Decoder {
     table: String,
     metadata: MetadataConfig,
+    changes: ChangeConfig,
     schemas: HashMap<String, TableSchema>,
 }
 
@@ -83,7 +88,13 @@ impl Decoder {
     /// A decoder for `table` (a name, or a template where `*` is the record's route), starting
     /// from the schemas the destination already has.
     pub fn new(table: String, metadata: MetadataConfig, schemas: HashMap<String, TableSchema>) -> Self {
-        Self { table, metadata, schemas }
+        Self { table, metadata, changes: ChangeConfig::default(), schemas }
+    }
+
+    /// The same decoder in another mode (mirror) or format (Debezium).
+    pub fn with_changes(mut self, changes: ChangeConfig) -> Self {
+        self.changes = changes;
+        self
     }
 
     /// The table a record goes to.
@@ -113,6 +124,10 @@ impl Decoder {
                 out.events += 1;
                 out.last_sequence += 1;
                 let seq = out.last_sequence;
+                if self.changes.mode == Mode::Mirror {
+                    self.change_event(&record.meta, payload, seq, &mut builders, &mut order, &mut out)?;
+                    continue;
+                }
                 let builder = match builders.get_mut(&table) {
                     Some(b) => b,
                     None => {
@@ -210,6 +225,8 @@ struct TableBuilder {
     rows: usize,
     path: String,
     empty_rows: Vec<(i64, RecordMeta)>,
+    /// For a mirrored table: the change each row carries.
+    mirror: Option<MirrorWrite>,
 }
 
 impl TableBuilder {
@@ -223,6 +240,7 @@ impl TableBuilder {
             rows: 0,
             path: String::new(),
             empty_rows: Vec::new(),
+            mirror: None,
         }
     }
 
@@ -298,6 +316,11 @@ impl TableBuilder {
             }
             self.path.push_str(key);
             match value {
+                Value::Object(inner) if mirror::is_marked(inner) => {
+                    let path = std::mem::take(&mut self.path);
+                    self.put_marked(ctx, &path, inner, rejects);
+                    self.path = path;
+                }
                 Value::Object(inner) if depth + 1 < MAX_DEPTH && !inner.is_empty() => {
                     self.walk(ctx, inner, depth + 1, rejects);
                 }
@@ -445,7 +468,8 @@ impl TableBuilder {
             .map_err(|e| Error::new(ErrorKind::Fatal, "could not build a batch").with_source(e))?;
         let mut schema = self.schema;
         schema.set_exists();
-        Ok((Some(TableWrite { table: table.to_string(), changes: self.changes, data }), schema, rejects))
+        let write = TableWrite { table: table.to_string(), changes: self.changes, data, mirror: self.mirror };
+        Ok((Some(write), schema, rejects))
     }
 }
 

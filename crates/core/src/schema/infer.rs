@@ -75,6 +75,8 @@ pub enum Fit<'a> {
     Micros(i64),
     /// Store this date (days since the epoch).
     Days(i32),
+    /// Store this unscaled decimal.
+    Decimal(i128),
     /// A BIGINT column must become DOUBLE to hold this float.
     Widen(f64),
     /// Does not fit: NULL plus a ledger row with this reason.
@@ -107,10 +109,51 @@ pub fn fit(ty: ColumnType, value: &Value) -> Fit<'_> {
             Some(days) => Fit::Days(days),
             None => Fit::Misfit("not a YYYY-MM-DD date"),
         },
+        (ColumnType::Decimal(scale), Value::Number(n)) => decimal(&n.to_string(), scale),
+        (ColumnType::Decimal(scale), Value::String(s)) => decimal(s, scale),
+        (ColumnType::Decimal(_), _) => Fit::Misfit("not a decimal number"),
         (ColumnType::Boolean, _) => Fit::Misfit("not a boolean"),
         (ColumnType::Bigint | ColumnType::Double, _) => Fit::Misfit("not a number"),
         (ColumnType::Timestamptz | ColumnType::Date, _) => Fit::Misfit("not a string"),
     }
+}
+
+/// Decimal text (`-12.5`, `3e2` is refused) scaled to `scale` places.
+fn decimal(text: &str, scale: u8) -> Fit<'static> {
+    match parse_decimal(text, scale) {
+        Some(v) => Fit::Decimal(v),
+        None => Fit::Misfit("not a decimal that fits DECIMAL(38) at the column's scale"),
+    }
+}
+
+/// The unscaled value of `text` at `scale` places; `None` if it has more places or digits.
+pub fn parse_decimal(text: &str, scale: u8) -> Option<i128> {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    if whole.is_empty() && fraction.is_empty()
+        || !whole.bytes().all(|b| b.is_ascii_digit())
+        || !fraction.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let fraction = fraction.trim_end_matches('0');
+    if fraction.len() > usize::from(scale) {
+        return None;
+    }
+    let mut value: i128 = 0;
+    for b in whole.bytes().chain(fraction.bytes()) {
+        value = value.checked_mul(10)?.checked_add(i128::from(b - b'0'))?;
+    }
+    for _ in fraction.len()..usize::from(scale) {
+        value = value.checked_mul(10)?;
+    }
+    if value >= 10i128.pow(38) {
+        return None;
+    }
+    Some(if negative { -value } else { value })
 }
 
 /// RFC 3339 with a time and an offset, as UTC microseconds.

@@ -27,12 +27,14 @@ pub enum ColumnType {
     Date,
     /// Arrays and values nested deeper than the flattening depth, kept as JSON text.
     Json,
+    /// Exact decimal, precision 38, with this scale (Debezium's `Decimal` logical type).
+    Decimal(u8),
 }
 
 impl ColumnType {
     /// The SQL type name.
-    pub fn sql(self) -> &'static str {
-        match self {
+    pub fn sql(self) -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed(match self {
             Self::Boolean => "BOOLEAN",
             Self::Bigint => "BIGINT",
             Self::Double => "DOUBLE",
@@ -40,7 +42,8 @@ impl ColumnType {
             Self::Timestamptz => "TIMESTAMPTZ",
             Self::Date => "DATE",
             Self::Json => "JSON",
-        }
+            Self::Decimal(scale) => return std::borrow::Cow::Owned(format!("DECIMAL(38,{scale})")),
+        })
     }
 
     /// Parse an SQL type name as the workspace reports it.
@@ -54,7 +57,10 @@ impl ColumnType {
             "TIMESTAMP WITH TIME ZONE" | "TIMESTAMPTZ" => Self::Timestamptz,
             "DATE" => Self::Date,
             "JSON" => Self::Json,
-            _ => return None,
+            other => {
+                let scale = other.strip_prefix("DECIMAL(38,")?.strip_suffix(')')?;
+                Self::Decimal(scale.trim().parse().ok()?)
+            }
         })
     }
 
@@ -67,12 +73,13 @@ impl ColumnType {
             Self::Varchar | Self::Json => DataType::Utf8,
             Self::Timestamptz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             Self::Date => DataType::Date32,
+            Self::Decimal(scale) => DataType::Decimal128(38, scale as i8),
         }
     }
 }
 
 impl std::fmt::Display for ColumnType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.sql())
+        f.write_str(&self.sql())
     }
 }

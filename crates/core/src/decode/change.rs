@@ -1,0 +1,141 @@
+//! Mirror mode: events as changes to keyed rows. A plain JSON event is the latest version of
+//! its key; a Debezium event says insert, update, delete or snapshot read.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::batch::ChangeOp;
+use crate::error::{Error, Result};
+use crate::format::debezium;
+
+/// How a stream writes its tables.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Every event is a new row.
+    #[default]
+    Append,
+    /// Each key has one row: inserts and updates replace it, deletes remove it.
+    Mirror,
+}
+
+/// What the payloads are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// JSON objects (or arrays of them).
+    #[default]
+    Json,
+    /// Debezium change events, with or without the `schema`/`payload` wrapper.
+    Debezium,
+}
+
+/// A stream's mode, keys, history and format.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangeConfig {
+    /// Append or mirror.
+    pub mode: Mode,
+    /// Key columns; for Debezium they default to the event key's fields.
+    pub keys: Vec<String>,
+    /// Also append every change to `<table>__changes`.
+    pub history: bool,
+    /// Payload format.
+    pub format: Format,
+}
+
+impl ChangeConfig {
+    /// Check the combination; pure. Errors name the field.
+    pub fn validate(&self) -> Result<()> {
+        match (self.mode, self.format) {
+            (Mode::Append, Format::Debezium) => {
+                return Err(Error::config("mode", "Debezium events need mode: mirror (history keeps every change)"));
+            }
+            (Mode::Mirror, Format::Json) if self.keys.is_empty() => {
+                return Err(Error::config("keys", "mirror mode on a JSON feed needs key columns"));
+            }
+            (Mode::Append, _) if self.history => {
+                return Err(Error::config(
+                    "history",
+                    "history is for mode: mirror; an append table is its own history",
+                ));
+            }
+            (Mode::Append, _) if !self.keys.is_empty() => {
+                return Err(Error::config("keys", "keys are for mode: mirror"));
+            }
+            _ => {}
+        }
+        if self.keys.iter().any(|k| k.is_empty()) {
+            return Err(Error::config("keys", "key column names must not be empty"));
+        }
+        Ok(())
+    }
+}
+
+/// Where a change comes from, for destination templates.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Route {
+    /// `[db]`.
+    pub db: Option<String>,
+    /// `[schema]`.
+    pub schema: Option<String>,
+    /// `[table]` (or a MongoDB collection).
+    pub table: Option<String>,
+}
+
+/// One change to one keyed row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// What happened.
+    pub op: ChangeOp,
+    /// The row image: `after`, or for a delete `before` (or just the key).
+    pub image: Map<String, Value>,
+    /// For an update: the image before it, when the source sent one. If the key changed, the
+    /// old key's row is deleted.
+    pub before: Option<Map<String, Value>>,
+    /// Key columns the event itself names (a Debezium key).
+    pub keys: Vec<String>,
+    /// When it happened at the source, microseconds since the epoch.
+    pub change_us: Option<i64>,
+    /// The source position (Debezium's `source` block).
+    pub source: Option<Value>,
+    /// Source database, schema and table.
+    pub route: Route,
+}
+
+/// The change an event carries, `Ok(None)` for events that change nothing (tombstones,
+/// heartbeats), or the reason it cannot be used.
+pub fn extract(format: Format, event: Value, key: Option<&str>) -> std::result::Result<Option<Change>, String> {
+    match format {
+        Format::Debezium => debezium::change(event, key),
+        Format::Json => match event {
+            Value::Object(image) => Ok(Some(Change {
+                op: ChangeOp::Upsert,
+                image,
+                before: None,
+                keys: Vec::new(),
+                change_us: None,
+                source: None,
+                route: Route::default(),
+            })),
+            _ => Err("expected a JSON object".into()),
+        },
+    }
+}
+
+/// Render a destination template: `*` is the record's route (topic), `[db]`, `[schema]` and
+/// `[table]` come from the change.
+pub fn render(template: &str, star: Option<&str>, route: &Route) -> std::result::Result<String, String> {
+    let mut out = template.to_string();
+    for (token, value) in [("[db]", &route.db), ("[schema]", &route.schema), ("[table]", &route.table)] {
+        if out.contains(token) {
+            let Some(v) = value else {
+                return Err(format!("the table template uses {token}, and the event does not name one"));
+            };
+            out = out.replace(token, v);
+        }
+    }
+    if let Some(star) = star {
+        out = out.replace('*', star);
+    }
+    Ok(out)
+}

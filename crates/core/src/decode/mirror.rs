@@ -1,0 +1,143 @@
+//! Mirror mode in the decoder: each event becomes a keyed change row, with its op, order,
+//! change time and source position beside the row image.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use super::change::{Change, Format, extract, render};
+use super::{Ctx, Decoded, Decoder, MetadataConfig, TableBuilder};
+use crate::batch::{ChangeOp, MirrorWrite, Payload, RecordMeta, Reject};
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::logical::{DECIMAL_MARK, JSON_MARK};
+use crate::schema::{ColumnType, Fit, fit};
+
+impl Decoder {
+    /// Decode one event of a mirror stream into its table's builder, or the ledger.
+    pub(super) fn change_event(
+        &self,
+        meta: &RecordMeta,
+        payload: Payload,
+        seq: i64,
+        builders: &mut HashMap<String, TableBuilder>,
+        order: &mut Vec<String>,
+        out: &mut Decoded,
+    ) -> Result<()> {
+        let fallback = self.table_for(meta);
+        let reject = |raw: String, reason: String| Ctx { table: &fallback, meta, seq }.reject(None, None, raw, reason);
+        let event = match payload {
+            Payload::Json(v) => v,
+            // A Kafka tombstone (no value, or JSON null) follows a Debezium delete: nothing to do.
+            Payload::Invalid { raw, .. } if self.changes.format == Format::Debezium && is_tombstone(&raw) => {
+                return Ok(());
+            }
+            Payload::Invalid { raw, reason } => {
+                out.rejects.push(reject(raw, reason));
+                return Ok(());
+            }
+            Payload::Bytes(_) => return Err(Error::new(ErrorKind::Fatal, "nested raw payload")),
+        };
+        let raw = || serde_json::to_string(&event).unwrap_or_default();
+        let raw_text = if self.changes.format == Format::Debezium { Some(raw()) } else { None };
+        let change = match extract(self.changes.format, event, meta.key.as_deref()) {
+            Ok(Some(c)) => c,
+            Ok(None) => return Ok(()),
+            Err(reason) => {
+                out.rejects.push(reject(raw_text.unwrap_or_default(), reason));
+                return Ok(());
+            }
+        };
+        let keys = if self.changes.keys.is_empty() { &change.keys } else { &self.changes.keys };
+        let problem = if keys.is_empty() {
+            Some("no key columns: set `keys` on the stream, or send the Debezium key as the message key".to_string())
+        } else {
+            keys.iter()
+                .find(|k| change.image.get(k.as_str()).is_none_or(Value::is_null))
+                .map(|k| format!("key column `{k}` is missing or null"))
+        };
+        let table = match (problem, render(&self.table, meta.route.as_deref(), &change.route)) {
+            (None, Ok(table)) => table,
+            (Some(reason), _) | (None, Err(reason)) => {
+                let raw = raw_text.unwrap_or_else(|| Value::Object(change.image.clone()).to_string());
+                out.rejects.push(reject(raw, reason));
+                return Ok(());
+            }
+        };
+        let builder = match builders.get_mut(&table) {
+            Some(b) => b,
+            None => {
+                order.push(table.clone());
+                let schema = self.schemas.get(&table).cloned().unwrap_or_default();
+                builders.entry(table.clone()).or_insert_with(|| TableBuilder::new(schema))
+            }
+        };
+        builder.mirror.get_or_insert_with(|| MirrorWrite {
+            keys: keys.clone(),
+            history: self.changes.history,
+            ..MirrorWrite::default()
+        });
+        let ctx = Ctx { table: &table, meta, seq };
+        let Change { op, image, before, change_us, source, .. } = change;
+        let moved_from = before.filter(|b| keys.iter().any(|k| b.get(k.as_str()) != image.get(k.as_str())));
+        let source = source.map(|s| s.to_string());
+        if let Some(old) = moved_from {
+            // The key changed: the old key's row goes, as part of this one change.
+            builder.push_change(&ctx, &self.metadata, &old, (ChangeOp::Delete, false, change_us, &source), out);
+        }
+        builder.push_change(&ctx, &self.metadata, &image, (op, true, change_us, &source), out);
+        Ok(())
+    }
+}
+
+fn is_tombstone(raw: &str) -> bool {
+    let raw = raw.trim();
+    raw.is_empty() || raw == "null"
+}
+
+/// What a mirror row carries besides its image: op, whether it is recorded in the history,
+/// change time and source position.
+type ChangeInfo<'a> = (ChangeOp, bool, Option<i64>, &'a Option<String>);
+
+impl TableBuilder {
+    fn push_change(
+        &mut self,
+        ctx: &Ctx,
+        metadata: &MetadataConfig,
+        image: &Map<String, Value>,
+        (op, recorded, change_us, source): ChangeInfo<'_>,
+        out: &mut Decoded,
+    ) {
+        self.push_event(ctx, metadata, image, &mut out.rejects);
+        if let Some(m) = self.mirror.as_mut() {
+            m.ops.push(op);
+            m.orders.push(ctx.seq);
+            m.recorded.push(recorded);
+            m.change_us.push(change_us);
+            m.sources.push(source.clone());
+        }
+    }
+
+    /// A value the Debezium decoder marked with its type (JSON, or a decimal with its scale).
+    pub(super) fn put_marked(&mut self, ctx: &Ctx, path: &str, inner: &Map<String, Value>, rejects: &mut Vec<Reject>) {
+        if let Some(v) = inner.get(JSON_MARK) {
+            let i = self.column(path, ColumnType::Json);
+            let f = fit(self.schema.columns()[i].ty, v);
+            self.store(ctx, i, f, Some(v), rejects);
+        } else if let Some(v) = inner.get(DECIMAL_MARK) {
+            let scale = inner.get("scale").and_then(Value::as_u64).unwrap_or(0).min(38) as u8;
+            let i = self.column(path, ColumnType::Decimal(scale));
+            let f = match self.schema.columns()[i].ty {
+                ColumnType::Decimal(_) | ColumnType::Varchar | ColumnType::Double => {
+                    fit(self.schema.columns()[i].ty, v)
+                }
+                _ => Fit::Misfit("a decimal does not fit this column"),
+            };
+            self.store(ctx, i, f, Some(v), rejects);
+        }
+    }
+}
+
+/// Whether an object is a typed value from [`crate::format::logical`].
+pub(super) fn is_marked(inner: &Map<String, Value>) -> bool {
+    inner.len() <= 2 && (inner.contains_key(JSON_MARK) || inner.contains_key(DECIMAL_MARK))
+}
