@@ -72,6 +72,8 @@ enum Command {
     BenchKafka(bench::kafka::KafkaBenchArgs),
     /// Measure a Kinesis stream → table stream against a raw GetRecords reader of its shards.
     BenchKinesis(bench::kinesis::KinesisBenchArgs),
+    /// Measure Debezium changes through mirror mode until the table matches.
+    BenchMirror(bench::mirror::MirrorBenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -99,6 +101,7 @@ fn main() -> std::process::ExitCode {
             Command::Bench(args) => bench::run(args).await,
             Command::BenchKafka(args) => bench::kafka::run(args).await,
             Command::BenchKinesis(args) => bench::kinesis::run(args).await,
+            Command::BenchMirror(args) => bench::mirror::run(args).await,
         }
     });
     match result {

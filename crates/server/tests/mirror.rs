@@ -209,6 +209,7 @@ async fn debezium_logical_types_become_proper_columns() {
         field("zoned", "string", Some("io.debezium.time.ZonedTimestamp"), Value::Null),
         field("doc", "string", Some("io.debezium.data.Json"), Value::Null),
         field("uid", "string", Some("io.debezium.data.Uuid"), Value::Null),
+        field("opens", "int64", Some("io.debezium.time.MicroTime"), Value::Null),
     ]});
     let mut after_schema = image.clone();
     after_schema["field"] = json!("after");
@@ -222,7 +223,8 @@ async fn debezium_logical_types_become_proper_columns() {
             "after": {
                 "id": 1, "price": "cEiGDd95", "amount": {"scale": 2, "value": "/4U="},
                 "born": 19675, "seen": 1_700_000_000_123_456i64, "zoned": "2023-11-14T22:13:20.5+02:00",
-                "doc": "{\"a\": [1, 2], \"b\": {\"c\": true}}", "uid": "9b2f5f6a-8d4e-4a53-9d5b-3f1c2a7e6b10"
+                "doc": "{\"a\": [1, 2], \"b\": {\"c\": true}}", "uid": "9b2f5f6a-8d4e-4a53-9d5b-3f1c2a7e6b10",
+                "opens": 30_600_000_250i64
             },
             "source": {"connector": "postgresql", "db": "d", "schema": "public", "table": "typed", "ts_ms": 1700000000000i64, "lsn": 1},
             "op": "c", "ts_ms": 1700000000001i64
@@ -239,16 +241,20 @@ async fn debezium_logical_types_become_proper_columns() {
     assert_eq!(types["price"], "DECIMAL(38,10)");
     assert_eq!(types["amount"], "DECIMAL(38,2)");
     assert_eq!(types["born"], "DATE");
-    assert_eq!(types["seen"], "TIMESTAMP WITH TIME ZONE");
+    assert_eq!(types["seen"], "TIMESTAMP");
     assert_eq!(types["zoned"], "TIMESTAMP WITH TIME ZONE");
     assert_eq!(types["doc"], "JSON");
+    assert_eq!(types["uid"], "UUID");
+    assert_eq!(types["opens"], "TIME");
     let row = &server
-        .sql("SELECT price::VARCHAR AS price, amount::VARCHAR AS amount, born::VARCHAR AS born, seen::VARCHAR AS seen, zoned::VARCHAR AS zoned, doc->>'$.b.c' AS c FROM typed")
+        .sql("SELECT price::VARCHAR AS price, amount::VARCHAR AS amount, born::VARCHAR AS born, seen::VARCHAR AS seen, zoned::VARCHAR AS zoned, doc->>'$.b.c' AS c, uid::VARCHAR AS uid, opens::VARCHAR AS opens FROM typed")
         .await[0];
     assert_eq!(row["price"], json!("12345.6789012345"));
     assert_eq!(row["amount"], json!("-1.23"));
     assert_eq!(row["born"], json!("2023-11-14"));
-    assert_eq!(row["seen"], json!("2023-11-14 22:13:20.123456+00"));
+    assert_eq!(row["seen"], json!("2023-11-14 22:13:20.123456"));
+    assert_eq!(row["uid"], json!("9b2f5f6a-8d4e-4a53-9d5b-3f1c2a7e6b10"));
+    assert_eq!(row["opens"], json!("08:30:00.00025"));
     assert_eq!(row["zoned"], json!("2023-11-14 20:13:20.5+00"));
     assert_eq!(row["c"], json!("true"));
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use arrow::array::{
     ArrayRef, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder, Int64Builder, StringBuilder,
-    TimestampMicrosecondBuilder,
+    Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
 };
 
 use crate::schema::{ColumnType, Fit};
@@ -18,6 +18,7 @@ pub(crate) enum ColumnBuilder {
     Micros(TimestampMicrosecondBuilder),
     Days(Date32Builder),
     Decimal(Decimal128Builder),
+    Time(Time64MicrosecondBuilder),
 }
 
 impl ColumnBuilder {
@@ -26,7 +27,9 @@ impl ColumnBuilder {
             ColumnType::Boolean => Self::Bool(BooleanBuilder::new()),
             ColumnType::Bigint => Self::Int(Int64Builder::new()),
             ColumnType::Double => Self::Float(Float64Builder::new()),
-            ColumnType::Varchar | ColumnType::Json => Self::Text(StringBuilder::new()),
+            ColumnType::Varchar | ColumnType::Json | ColumnType::Uuid => Self::Text(StringBuilder::new()),
+            ColumnType::Timestamp => Self::Micros(TimestampMicrosecondBuilder::new()),
+            ColumnType::Time => Self::Time(Time64MicrosecondBuilder::new()),
             ColumnType::Timestamptz => Self::Micros(TimestampMicrosecondBuilder::new().with_timezone("UTC")),
             ColumnType::Date => Self::Days(Date32Builder::new()),
             ColumnType::Decimal(scale) => Self::Decimal(
@@ -47,6 +50,7 @@ impl ColumnBuilder {
             Self::Micros(b) => b.len(),
             Self::Days(b) => b.len(),
             Self::Decimal(b) => b.len(),
+            Self::Time(b) => b.len(),
         }
     }
 
@@ -64,6 +68,7 @@ impl ColumnBuilder {
             Self::Micros(b) => b.append_nulls(missing),
             Self::Days(b) => b.append_nulls(missing),
             Self::Decimal(b) => b.append_nulls(missing),
+            Self::Time(b) => b.append_nulls(missing),
         }
     }
 
@@ -79,6 +84,7 @@ impl ColumnBuilder {
             (Self::Micros(b), Fit::Micros(v)) => b.append_value(v),
             (Self::Days(b), Fit::Days(v)) => b.append_value(v),
             (Self::Decimal(b), Fit::Decimal(v)) => b.append_value(v),
+            (Self::Time(b), Fit::Micros(v)) => b.append_value(v),
             (Self::Bool(b), _) => b.append_null(),
             (Self::Int(b), _) => b.append_null(),
             (Self::Float(b), _) => b.append_null(),
@@ -86,6 +92,7 @@ impl ColumnBuilder {
             (Self::Micros(b), _) => b.append_null(),
             (Self::Days(b), _) => b.append_null(),
             (Self::Decimal(b), _) => b.append_null(),
+            (Self::Time(b), _) => b.append_null(),
         }
     }
 
@@ -110,6 +117,7 @@ impl ColumnBuilder {
             Self::Micros(b) => Arc::new(b.finish()),
             Self::Days(b) => Arc::new(b.finish()),
             Self::Decimal(b) => Arc::new(b.finish()),
+            Self::Time(b) => Arc::new(b.finish()),
         }
     }
 }

@@ -9,8 +9,8 @@ use super::change::{Change, Format, extract, render};
 use super::{Ctx, Decoded, Decoder, MetadataConfig, TableBuilder};
 use crate::batch::{ChangeOp, MirrorWrite, Payload, RecordMeta, Reject};
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::logical::{DECIMAL_MARK, JSON_MARK};
-use crate::schema::{ColumnType, Fit, fit};
+use crate::format::logical::TYPED_MARK;
+use crate::schema::{ColumnType, fit};
 
 impl Decoder {
     /// Decode one event of a mirror stream into its table's builder, or the ledger.
@@ -117,27 +117,20 @@ impl TableBuilder {
         }
     }
 
-    /// A value the Debezium decoder marked with its type (JSON, or a decimal with its scale).
+    /// A value the Debezium decoder marked with its column type (JSON, DECIMAL, TIME, …).
     pub(super) fn put_marked(&mut self, ctx: &Ctx, path: &str, inner: &Map<String, Value>, rejects: &mut Vec<Reject>) {
-        if let Some(v) = inner.get(JSON_MARK) {
-            let i = self.column(path, ColumnType::Json);
-            let f = fit(self.schema.columns()[i].ty, v);
-            self.store(ctx, i, f, Some(v), rejects);
-        } else if let Some(v) = inner.get(DECIMAL_MARK) {
-            let scale = inner.get("scale").and_then(Value::as_u64).unwrap_or(0).min(38) as u8;
-            let i = self.column(path, ColumnType::Decimal(scale));
-            let f = match self.schema.columns()[i].ty {
-                ColumnType::Decimal(_) | ColumnType::Varchar | ColumnType::Double => {
-                    fit(self.schema.columns()[i].ty, v)
-                }
-                _ => Fit::Misfit("a decimal does not fit this column"),
-            };
-            self.store(ctx, i, f, Some(v), rejects);
-        }
+        let (Some(v), Some(ty)) =
+            (inner.get(TYPED_MARK), inner.get("type").and_then(Value::as_str).and_then(ColumnType::from_sql))
+        else {
+            return;
+        };
+        let i = self.column(path, ty);
+        let f = fit(self.schema.columns()[i].ty, v);
+        self.store(ctx, i, f, Some(v), rejects);
     }
 }
 
 /// Whether an object is a typed value from [`crate::format::logical`].
 pub(super) fn is_marked(inner: &Map<String, Value>) -> bool {
-    inner.len() <= 2 && (inner.contains_key(JSON_MARK) || inner.contains_key(DECIMAL_MARK))
+    inner.len() == 2 && inner.contains_key(TYPED_MARK)
 }

@@ -51,26 +51,31 @@ fn convert(logical: &str, value: &Value, parameters: Option<&Value>) -> Result<O
                 chrono::NaiveDate::from_num_days_from_ce_opt(719_163 + int()? as i32).ok_or("date out of range")?;
             Value::String(day.format("%Y-%m-%d").to_string())
         }
-        "io.debezium.time.Timestamp" | "org.apache.kafka.connect.data.Timestamp" => instant(int()? * 1000)?,
-        "io.debezium.time.MicroTimestamp" => instant(int()?)?,
-        "io.debezium.time.NanoTimestamp" => instant(int()? / 1000)?,
-        "io.debezium.time.Time" | "org.apache.kafka.connect.data.Time" => time_of_day(int()? * 1000)?,
-        "io.debezium.time.MicroTime" => time_of_day(int()?)?,
-        "io.debezium.time.NanoTime" => time_of_day(int()? / 1000)?,
+        "io.debezium.time.Timestamp" | "org.apache.kafka.connect.data.Timestamp" => {
+            typed(naive(int()? * 1000)?, "TIMESTAMP")
+        }
+        "io.debezium.time.MicroTimestamp" => typed(naive(int()?)?, "TIMESTAMP"),
+        "io.debezium.time.NanoTimestamp" => typed(naive(int()? / 1000)?, "TIMESTAMP"),
+        "io.debezium.time.ZonedTimestamp" => typed(value.clone(), "TIMESTAMPTZ"),
+        "io.debezium.time.Time" | "org.apache.kafka.connect.data.Time" => typed(time_of_day(int()? * 1000)?, "TIME"),
+        "io.debezium.time.MicroTime" => typed(time_of_day(int()?)?, "TIME"),
+        "io.debezium.time.NanoTime" => typed(time_of_day(int()? / 1000)?, "TIME"),
+        "io.debezium.data.Uuid" => typed(value.clone(), "UUID"),
         "io.debezium.data.Json" => match value.as_str() {
             // Kept as one JSON value (see `JSON_MARK`), not flattened into columns.
-            Some(text) => {
-                let parsed: Value = serde_json::from_str(text).map_err(|_| "not JSON text")?;
-                serde_json::json!({ JSON_MARK: parsed })
-            }
+            Some(text) => typed(serde_json::from_str(text).map_err(|_| "not JSON text")?, "JSON"),
             None => return Ok(None),
         },
         _ => return Ok(None),
     }))
 }
 
-/// Wraps a value that must land in one JSON column; the decoder unwraps it.
-pub const JSON_MARK: &str = "\u{0}sluice-json";
+/// Wraps a value with the column type it must land in; the decoder unwraps it.
+pub const TYPED_MARK: &str = "\u{0}sluice-typed";
+
+fn typed(value: Value, ty: &str) -> Value {
+    serde_json::json!({ TYPED_MARK: value, "type": ty })
+}
 
 /// An unscaled big-endian two's-complement integer (base64) with `scale`, as decimal text.
 fn decimal(b64: &str, scale: u32) -> Result<Value, String> {
@@ -92,15 +97,13 @@ fn decimal(b64: &str, scale: u32) -> Result<Value, String> {
     } else {
         format!("0.{}{digits}", "0".repeat(scale - digits.len()))
     };
-    Ok(serde_json::json!({ DECIMAL_MARK: format!("{sign}{text}"), "scale": scale }))
+    Ok(typed(Value::String(format!("{sign}{text}")), &format!("DECIMAL(38,{scale})")))
 }
 
-/// Wraps decimal text with its scale; the decoder makes it a DECIMAL column.
-pub const DECIMAL_MARK: &str = "\u{0}sluice-decimal";
-
-fn instant(us: i64) -> Result<Value, String> {
+/// Epoch microseconds as a zoneless date-time text.
+fn naive(us: i64) -> Result<Value, String> {
     let t = chrono::DateTime::from_timestamp_micros(us).ok_or("time out of range")?;
-    Ok(Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)))
+    Ok(Value::String(t.naive_utc().format("%Y-%m-%dT%H:%M:%S%.f").to_string()))
 }
 
 fn time_of_day(us: i64) -> Result<Value, String> {

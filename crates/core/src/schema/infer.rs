@@ -112,6 +112,20 @@ pub fn fit(ty: ColumnType, value: &Value) -> Fit<'_> {
         (ColumnType::Decimal(scale), Value::Number(n)) => decimal(&n.to_string(), scale),
         (ColumnType::Decimal(scale), Value::String(s)) => decimal(s, scale),
         (ColumnType::Decimal(_), _) => Fit::Misfit("not a decimal number"),
+        (ColumnType::Timestamp, Value::String(s)) => match parse_timestamp(s).or_else(|| parse_naive(s)) {
+            Some(us) => Fit::Micros(us),
+            None => Fit::Misfit("not a date and time"),
+        },
+        (ColumnType::Time, Value::String(s)) => match chrono::NaiveTime::parse_from_str(s, "%H:%M:%S%.f") {
+            Ok(t) => Fit::Micros(
+                i64::from(chrono::Timelike::num_seconds_from_midnight(&t)) * 1_000_000
+                    + i64::from(chrono::Timelike::nanosecond(&t) / 1000),
+            ),
+            Err(_) => Fit::Misfit("not a time of day (HH:MM:SS)"),
+        },
+        (ColumnType::Uuid, Value::String(s)) if is_uuid(s) => Fit::Text(Cow::Borrowed(s)),
+        (ColumnType::Uuid, _) => Fit::Misfit("not a UUID"),
+        (ColumnType::Timestamp | ColumnType::Time, _) => Fit::Misfit("not a string"),
         (ColumnType::Boolean, _) => Fit::Misfit("not a boolean"),
         (ColumnType::Bigint | ColumnType::Double, _) => Fit::Misfit("not a number"),
         (ColumnType::Timestamptz | ColumnType::Date, _) => Fit::Misfit("not a string"),
@@ -154,6 +168,21 @@ pub fn parse_decimal(text: &str, scale: u8) -> Option<i128> {
         return None;
     }
     Some(if negative { -value } else { value })
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.f]` without an offset, as microseconds.
+fn parse_naive(s: &str) -> Option<i64> {
+    let t = chrono::NaiveDateTime::parse_from_str(s.trim_end_matches('Z'), "%Y-%m-%dT%H:%M:%S%.f").ok()?;
+    Some(t.and_utc().timestamp_micros())
+}
+
+/// 8-4-4-4-12 hex digits.
+fn is_uuid(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 36
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) { *c == b'-' } else { c.is_ascii_hexdigit() })
 }
 
 /// RFC 3339 with a time and an offset, as UTC microseconds.

@@ -29,6 +29,12 @@ pub enum ColumnType {
     Json,
     /// Exact decimal, precision 38, with this scale (Debezium's `Decimal` logical type).
     Decimal(u8),
+    /// Date and time without a zone (Debezium's `Timestamp`, `MicroTimestamp`, …).
+    Timestamp,
+    /// Time of day (Debezium's `Time`, `MicroTime`, …).
+    Time,
+    /// UUID (Debezium's `Uuid`).
+    Uuid,
 }
 
 impl ColumnType {
@@ -42,6 +48,9 @@ impl ColumnType {
             Self::Timestamptz => "TIMESTAMPTZ",
             Self::Date => "DATE",
             Self::Json => "JSON",
+            Self::Timestamp => "TIMESTAMP",
+            Self::Time => "TIME",
+            Self::Uuid => "UUID",
             Self::Decimal(scale) => return std::borrow::Cow::Owned(format!("DECIMAL(38,{scale})")),
         })
     }
@@ -57,6 +66,9 @@ impl ColumnType {
             "TIMESTAMP WITH TIME ZONE" | "TIMESTAMPTZ" => Self::Timestamptz,
             "DATE" => Self::Date,
             "JSON" => Self::Json,
+            "TIMESTAMP" => Self::Timestamp,
+            "TIME" => Self::Time,
+            "UUID" => Self::Uuid,
             other => {
                 let scale = other.strip_prefix("DECIMAL(38,")?.strip_suffix(')')?;
                 Self::Decimal(scale.trim().parse().ok()?)
@@ -70,7 +82,10 @@ impl ColumnType {
             Self::Boolean => DataType::Boolean,
             Self::Bigint => DataType::Int64,
             Self::Double => DataType::Float64,
-            Self::Varchar | Self::Json => DataType::Utf8,
+            // The appender casts text to UUID.
+            Self::Varchar | Self::Json | Self::Uuid => DataType::Utf8,
+            Self::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+            Self::Time => DataType::Time64(TimeUnit::Microsecond),
             Self::Timestamptz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             Self::Date => DataType::Date32,
             Self::Decimal(scale) => DataType::Decimal128(38, scale as i8),

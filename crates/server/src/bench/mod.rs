@@ -4,6 +4,7 @@
 mod events;
 pub mod kafka;
 pub mod kinesis;
+pub mod mirror;
 mod report;
 
 use std::path::{Path, PathBuf};
