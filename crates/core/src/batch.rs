@@ -73,6 +73,10 @@ pub struct MirrorWrite {
     pub change_us: Vec<Option<i64>>,
     /// The source position of the change, as JSON.
     pub sources: Vec<Option<String>>,
+    /// The source position as text that sorts in source order (an LSN, binlog file and
+    /// offset, SCN, …), where the source has one. A change at or below the position already
+    /// applied to its key is skipped, so replays change nothing.
+    pub source_orders: Vec<Option<String>>,
 }
 
 /// The kind of a change.

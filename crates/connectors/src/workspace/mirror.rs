@@ -18,6 +18,11 @@ const LAST: &str = "__sluice_last";
 pub(crate) const HISTORY_COLUMNS: [(&str, &str); 4] =
     [("_op", "VARCHAR"), ("_change_time", "TIMESTAMPTZ"), ("_source_position", "JSON"), ("_sequence", "BIGINT")];
 
+/// Where the source position applied to each key of `table` is kept (deleted keys included).
+pub(crate) fn positions_table(table: &str) -> String {
+    format!("positions__{table}")
+}
+
 /// The history table of `table`.
 pub(crate) fn history_table(table: &str) -> String {
     format!("{table}__changes")
@@ -27,9 +32,16 @@ pub(crate) fn history_table(table: &str) -> String {
 pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite) -> Result<()> {
     let table = quote(&write.table);
     let rows = write.data.num_rows();
-    if [mirror.ops.len(), mirror.orders.len(), mirror.recorded.len(), mirror.change_us.len(), mirror.sources.len()]
-        .iter()
-        .any(|n| *n != rows)
+    if [
+        mirror.ops.len(),
+        mirror.orders.len(),
+        mirror.recorded.len(),
+        mirror.change_us.len(),
+        mirror.sources.len(),
+        mirror.source_orders.len(),
+    ]
+    .iter()
+    .any(|n| *n != rows)
     {
         return Err(Error::new(ErrorKind::Fatal, "mirror write: change columns do not match the rows"));
     }
@@ -39,11 +51,12 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
     let cols = cols.join(", ");
     conn.execute_batch(&format!(
         "CREATE OR REPLACE TABLE sluice.{STAGE} AS SELECT {cols}, NULL::VARCHAR AS __op, NULL::BIGINT AS __ord, \
-         NULL::BOOLEAN AS __rec, NULL::TIMESTAMPTZ AS __ts, NULL::VARCHAR AS __src FROM main.{table} LIMIT 0"
+         NULL::BOOLEAN AS __rec, NULL::TIMESTAMPTZ AS __ts, NULL::VARCHAR AS __src, NULL::VARCHAR AS __so \
+         FROM main.{table} LIMIT 0"
     ))
     .map_err(db_error)?;
     let mut stage_names: Vec<&str> = names.iter().map(String::as_str).collect();
-    stage_names.extend(["__op", "__ord", "__rec", "__ts", "__src"]);
+    stage_names.extend(["__op", "__ord", "__rec", "__ts", "__src", "__so"]);
     let mut appender = conn.appender_with_columns_to_db(STAGE, super::SCHEMA, &stage_names).map_err(db_error)?;
     appender.append_record_batch(staged).map_err(db_error)?;
     appender.flush().map_err(db_error)?;
@@ -53,13 +66,34 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
     let partition = keys.join(", ");
     let matches: Vec<String> = keys.iter().map(|k| format!("t.{k} IS NOT DISTINCT FROM l.{k}")).collect();
     let delete = ChangeOp::Delete.name();
-    let mut sql = format!(
+    let mut sql = String::new();
+    let ordered = mirror.source_orders.iter().any(Option::is_some);
+    if ordered {
+        // Idempotent by source position: drop changes at or below the position already applied
+        // to their key, and repeats within the batch; then remember the new positions.
+        let positions = quote(&positions_table(&write.table));
+        let key_cols = keys.join(", ");
+        let on_stage: Vec<String> = keys.iter().map(|k| format!("p.{k} IS NOT DISTINCT FROM s.{k}")).collect();
+        let on_stage = on_stage.join(" AND ");
+        sql.push_str(&format!(
+            "CREATE TABLE IF NOT EXISTS sluice.{positions} AS SELECT {key_cols}, NULL::VARCHAR AS _source_order \
+             FROM main.{table} LIMIT 0;
+             DELETE FROM sluice.{STAGE} s USING sluice.{positions} p \
+             WHERE {on_stage} AND s.__so IS NOT NULL AND p._source_order >= s.__so;
+             DELETE FROM sluice.{STAGE} WHERE __so IS NOT NULL AND rowid NOT IN \
+             (SELECT min(rowid) FROM sluice.{STAGE} GROUP BY {partition}, __so, __rec);
+             DELETE FROM sluice.{positions} p USING sluice.{STAGE} s WHERE {on_stage} AND s.__so IS NOT NULL;
+             INSERT INTO sluice.{positions} SELECT {key_cols}, max(__so) FROM sluice.{STAGE} \
+             WHERE __so IS NOT NULL GROUP BY {key_cols};"
+        ));
+    }
+    sql.push_str(&format!(
         "CREATE OR REPLACE TABLE sluice.{LAST} AS SELECT * FROM sluice.{STAGE} \
-         QUALIFY row_number() OVER (PARTITION BY {partition} ORDER BY __ord DESC, __rec DESC) = 1;
+         QUALIFY row_number() OVER (PARTITION BY {partition} ORDER BY coalesce(__so, '') DESC, __ord DESC, __rec DESC) = 1;
          DELETE FROM main.{table} t USING sluice.{LAST} l WHERE {};
          INSERT INTO main.{table} ({cols}) SELECT {cols} FROM sluice.{LAST} WHERE __op <> '{delete}';",
         matches.join(" AND ")
-    );
+    ));
     if mirror.history {
         let history = quote(&history_table(&write.table));
         sql.push_str(&format!(
@@ -85,6 +119,8 @@ fn with_changes(data: &RecordBatch, m: &MirrorWrite) -> Result<RecordBatch> {
     arrays.push(Arc::new(TimestampMicrosecondArray::from(m.change_us.clone()).with_timezone("UTC")));
     fields.push(Field::new("__src", DataType::Utf8, true));
     arrays.push(Arc::new(StringArray::from(m.sources.clone())));
+    fields.push(Field::new("__so", DataType::Utf8, true));
+    arrays.push(Arc::new(StringArray::from(m.source_orders.clone())));
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
         .map_err(|e| Error::new(ErrorKind::Fatal, "could not stage a mirror write").with_source(e))
 }

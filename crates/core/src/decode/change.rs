@@ -98,6 +98,8 @@ pub struct Change {
     pub change_us: Option<i64>,
     /// The source position (Debezium's `source` block).
     pub source: Option<Value>,
+    /// The source position as text that sorts in source order, when the connector has one.
+    pub source_order: Option<String>,
     /// Source database, schema and table.
     pub route: Route,
 }
@@ -115,6 +117,7 @@ pub fn extract(format: Format, event: Value, key: Option<&str>) -> std::result::
                 keys: Vec::new(),
                 change_us: None,
                 source: None,
+                source_order: None,
                 route: Route::default(),
             })),
             _ => Err("expected a JSON object".into()),

@@ -77,9 +77,9 @@ impl Decoder {
             ..MirrorWrite::default()
         });
         let ctx = Ctx { table: &table, meta, seq };
-        let Change { op, image, before, change_us, source, .. } = change;
+        let Change { op, image, before, change_us, source, source_order, .. } = change;
         let moved_from = before.filter(|b| keys.iter().any(|k| b.get(k.as_str()) != image.get(k.as_str())));
-        let source = source.map(|s| s.to_string());
+        let source = (source.map(|s| s.to_string()), source_order);
         if let Some(old) = moved_from {
             // The key changed: the old key's row goes, as part of this one change.
             builder.push_change(&ctx, &self.metadata, &old, (ChangeOp::Delete, false, change_us, &source), out);
@@ -96,7 +96,7 @@ fn is_tombstone(raw: &str) -> bool {
 
 /// What a mirror row carries besides its image: op, whether it is recorded in the history,
 /// change time and source position.
-type ChangeInfo<'a> = (ChangeOp, bool, Option<i64>, &'a Option<String>);
+type ChangeInfo<'a> = (ChangeOp, bool, Option<i64>, &'a (Option<String>, Option<String>));
 
 impl TableBuilder {
     fn push_change(
@@ -113,7 +113,8 @@ impl TableBuilder {
             m.orders.push(ctx.seq);
             m.recorded.push(recorded);
             m.change_us.push(change_us);
-            m.sources.push(source.clone());
+            m.sources.push(source.0.clone());
+            m.source_orders.push(source.1.clone());
         }
     }
 

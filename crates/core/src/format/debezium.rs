@@ -51,7 +51,8 @@ pub fn change(event: Value, key: Option<&str>) -> Result<Option<Change>, String>
     let change_us =
         source.as_ref().and_then(change_time).or_else(|| payload.get("ts_ms")?.as_i64().map(|ms| ms * 1000));
     let route = source.as_ref().map(route).unwrap_or_default();
-    Ok(Some(Change { op, image, before, keys, change_us, source, route }))
+    let source_order = source.as_ref().and_then(source_order);
+    Ok(Some(Change { op, image, before, keys, change_us, source, source_order, route }))
 }
 
 /// The payload and schema of a wrapped event, or the event itself.
@@ -124,6 +125,31 @@ fn change_time(source: &Value) -> Option<i64> {
         return Some(ns / 1000);
     }
     source.get("ts_ms").and_then(Value::as_i64).map(|ms| ms * 1000)
+}
+
+/// The source position as text that sorts in source order, per connector.
+fn source_order(source: &Value) -> Option<String> {
+    let number = |k: &str| match source.get(k)? {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.parse::<u64>().ok(),
+        _ => None,
+    };
+    let text = |k: &str| source.get(k).and_then(Value::as_str);
+    match source.get("connector").and_then(Value::as_str)? {
+        "postgresql" => Some(format!("{:020}", number("lsn")?)),
+        "mysql" | "mariadb" => {
+            let file = text("file")?;
+            let index: u64 = file.rsplit('.').next()?.parse().ok()?;
+            Some(format!("{index:010}{:020}{:010}", number("pos")?, number("row").unwrap_or(0)))
+        }
+        "sqlserver" => {
+            let serial = number("event_serial_no").unwrap_or(0);
+            Some(format!("{}{}{serial:010}", text("commit_lsn")?, text("change_lsn").unwrap_or("")))
+        }
+        "oracle" => Some(format!("{:024}", number("scn")?)),
+        "mongodb" => Some(format!("{:015}{:010}", number("ts_ms")?, number("ord").unwrap_or(0))),
+        _ => None,
+    }
 }
 
 fn route(source: &Value) -> Route {
