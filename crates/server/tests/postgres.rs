@@ -1,0 +1,99 @@
+//! A throwaway PostgreSQL 15 with `wal_level=logical` on a free 127.0.0.1 port, run as the
+//! `postgres` system user (scripts/services/postgres.sh installs the Debian packages).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+pub const BIN: &str = "/usr/lib/postgresql/15/bin";
+
+pub struct Postgres {
+    pub dir: PathBuf,
+    pub port: u16,
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run a PostgreSQL tool");
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl Postgres {
+    /// initdb, configure for logical replication, start, and create the `etl` user (LOGIN
+    /// REPLICATION) owning the `etltest` database.
+    pub fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let dir = std::env::temp_dir().join(format!("sluice-pg-{:x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("pw"), "postgres").unwrap();
+        run(Command::new("chmod").arg("755").arg(&dir));
+        run(Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir));
+        let data = dir.join("data");
+        run(Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(format!("{BIN}/initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args([
+                "-U",
+                "postgres",
+                &format!("--pwfile={}", dir.join("pw").display()),
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ]));
+        let conf = format!(
+            "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{}'\nwal_level = logical\n\
+             max_replication_slots = 20\nmax_wal_senders = 20\nfsync = off\nfull_page_writes = off\n",
+            dir.display()
+        );
+        let mut existing = std::fs::read_to_string(data.join("postgresql.conf")).unwrap();
+        existing.push_str(&conf);
+        std::fs::write(data.join("postgresql.conf"), existing).unwrap();
+        run(Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(format!("{BIN}/pg_ctl"))
+            .arg("-D")
+            .arg(&data)
+            .arg("-l")
+            .arg(dir.join("log"))
+            .args(["-w", "-t", "60", "start"])
+            .stdout(Stdio::null()));
+        let pg = Self { dir, port };
+        pg.admin("CREATE ROLE etl WITH LOGIN REPLICATION PASSWORD 'etl'");
+        pg.admin("CREATE DATABASE etltest OWNER etl");
+        pg
+    }
+
+    /// SQL as the superuser, over the Unix socket.
+    pub fn admin(&self, sql: &str) -> String {
+        run(Command::new(format!("{BIN}/psql"))
+            .args(["-h", self.dir.to_str().unwrap(), "-p", &self.port.to_string(), "-U", "postgres", "-d", "postgres"])
+            .args(["-qAt", "-v", "ON_ERROR_STOP=1", "-c", sql]))
+    }
+
+    /// SQL as `etl` on `etltest`, over TCP with its password; rows as `|`-separated lines.
+    pub fn sql(&self, sql: &str) -> String {
+        run(Command::new(format!("{BIN}/psql"))
+            .env("PGPASSWORD", "etl")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "etl", "-d", "etltest"])
+            .args(["-qAt", "-v", "ON_ERROR_STOP=1", "-c", sql]))
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(format!("{BIN}/pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
