@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::harness::{DataDir, Server, wait_until};
 use crate::kafka::{rows, wait_rows};
-use crate::kinesis_local::KinesisLocal;
+use crate::kinesis_local::{KinesisLocal, ThrottlingProxy};
 
 fn stream_config(name: &str, table: &str, kinesis: &KinesisLocal, stream: &str) -> Value {
     json!({
@@ -257,6 +257,32 @@ async fn start_at_a_timestamp_and_config_errors() {
     wait_until("the missing stream reported", Duration::from_secs(30), || async {
         let (_, m) = server.get("/api/streams/missing/metrics").await;
         m["last_error"].as_str().is_some_and(|e| e.contains("not found"))
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn throttling_backs_off_is_counted_and_loses_nothing() {
+    let kinesis = KinesisLocal::start().await;
+    kinesis.create_stream("busy", 2).await;
+    let proxy = ThrottlingProxy::start(&kinesis.endpoint).await;
+    let dir = DataDir::new("kinesis-throttled");
+    let server = Server::start(&dir.0).await;
+    let mut config = stream_config("b", "busy", &kinesis, "busy");
+    config["source"]["endpoint"] = json!(proxy.endpoint);
+    config["source"]["max_records"] = json!(50);
+    server.create_stream(config).await;
+    let records: Vec<(String, Vec<u8>)> =
+        (0..1000).map(|i| (format!("k{i}"), json!({"id": i}).to_string().into_bytes())).collect();
+    kinesis.put("busy", &records).await;
+    wait_rows(&server, "busy", 1000, Duration::from_secs(120)).await;
+    let ids: HashSet<i64> = server.sql("SELECT id FROM busy").await.iter().map(|r| r["id"].as_i64().unwrap()).collect();
+    assert_eq!((ids.len(), rows(&server, "busy").await), (1000, 1000));
+    let injected = proxy.throttled.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(injected > 0);
+    wait_until("the throttling to be counted", Duration::from_secs(30), || async {
+        let (_, m) = server.get("/api/streams/b/metrics").await;
+        m["source"]["throttled"].as_f64().is_some_and(|t| t > 0.0)
     })
     .await;
 }

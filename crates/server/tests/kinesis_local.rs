@@ -181,3 +181,63 @@ impl Drop for KinesisLocal {
         let _ = self.child.wait();
     }
 }
+
+/// A fault injector in front of the emulator (kinesis-local never throttles): it forwards
+/// every call, but answers every other GetRecords with AWS's throttling error.
+pub struct ThrottlingProxy {
+    pub endpoint: String,
+    pub throttled: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ThrottlingProxy {
+    pub async fn start(upstream: &str) -> Self {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+
+        use axum::body::Bytes;
+        use axum::http::{HeaderMap, Method, StatusCode, Uri};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let throttled = Arc::new(AtomicU64::new(0));
+        let calls = Arc::new(AtomicU64::new(0));
+        let (upstream, http) = (upstream.to_string(), reqwest::Client::new());
+        let counter = throttled.clone();
+        let app = axum::Router::new().fallback(move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
+            let (upstream, http, calls, counter) = (upstream.clone(), http.clone(), calls.clone(), counter.clone());
+            async move {
+                let target = headers.get("x-amz-target").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+                if target.ends_with(".GetRecords") && calls.fetch_add(1, Ordering::Relaxed) % 2 == 1 {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    let body =
+                        r#"{"__type":"ProvisionedThroughputExceededException","message":"Rate exceeded for shard"}"#;
+                    return (
+                        StatusCode::BAD_REQUEST,
+                        [("content-type", "application/x-amz-json-1.1")],
+                        body.to_string(),
+                    );
+                }
+                let mut request = http.request(method, format!("{upstream}{uri}")).body(body);
+                for (name, value) in &headers {
+                    if name != "host" && name != "content-length" {
+                        request = request.header(name, value);
+                    }
+                }
+                let answer = request.send().await.unwrap();
+                let status = StatusCode::from_u16(answer.status().as_u16()).unwrap();
+                (status, [("content-type", "application/x-amz-json-1.1")], answer.text().await.unwrap())
+            }
+        });
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { endpoint, throttled, task }
+    }
+}
+
+impl Drop for ThrottlingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
