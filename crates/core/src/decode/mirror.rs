@@ -63,14 +63,7 @@ impl Decoder {
                 return Ok(());
             }
         };
-        let builder = match builders.get_mut(&table) {
-            Some(b) => b,
-            None => {
-                order.push(table.clone());
-                let schema = self.schemas.get(&table).cloned().unwrap_or_default();
-                builders.entry(table.clone()).or_insert_with(|| TableBuilder::new(schema))
-            }
-        };
+        let builder = self.builder(&table, builders, order);
         builder.mirror.get_or_insert_with(|| MirrorWrite {
             keys: keys.clone(),
             history: self.changes.history,

@@ -128,14 +128,7 @@ impl Decoder {
                     self.change_event(&record.meta, payload, seq, &mut builders, &mut order, &mut out)?;
                     continue;
                 }
-                let builder = match builders.get_mut(&table) {
-                    Some(b) => b,
-                    None => {
-                        order.push(table.clone());
-                        let schema = self.schemas.get(&table).cloned().unwrap_or_default();
-                        builders.entry(table.clone()).or_insert_with(|| TableBuilder::new(schema))
-                    }
-                };
+                let builder = self.builder(&table, &mut builders, &mut order);
                 let ctx = Ctx { table: &table, meta: &record.meta, seq };
                 match payload {
                     Payload::Json(Value::Object(map)) => {
@@ -163,6 +156,21 @@ impl Decoder {
             }
         }
         Ok((out, pending))
+    }
+
+    /// The builder of `table` within one decode, started from the table's known schema.
+    fn builder<'b>(
+        &self,
+        table: &str,
+        builders: &'b mut HashMap<String, TableBuilder>,
+        order: &mut Vec<String>,
+    ) -> &'b mut TableBuilder {
+        if !builders.contains_key(table) {
+            order.push(table.to_string());
+            let schema = self.schemas.get(table).cloned().unwrap_or_default();
+            builders.insert(table.to_string(), TableBuilder::new(schema));
+        }
+        builders.get_mut(table).expect("inserted above")
     }
 
     /// The write that produced `pending` is durable: its schemas are now the tables' schemas.

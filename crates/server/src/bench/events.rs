@@ -9,10 +9,10 @@ const BROWSERS: [&str; 4] = ["firefox", "chrome", "safari", "edge"];
 const KINDS: [&str; 4] = ["page_view", "click", "purchase", "signup"];
 
 /// Small deterministic generator (xorshift), so runs are comparable.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;

@@ -77,17 +77,7 @@ pub async fn run(args: KafkaBenchArgs) -> Result<(), String> {
     });
     let t = Instant::now();
     server.create(&http, stream).await?;
-    loop {
-        let n = server.count(&http, "bench").await.unwrap_or(0);
-        if n >= args.events as i64 {
-            break;
-        }
-        if t.elapsed() > Duration::from_secs(900) {
-            return Err(format!("only {n} rows after 900 s"));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let sluice_secs = t.elapsed().as_secs_f64();
+    let sluice_secs = server.wait_rows(&http, "bench", args.events, t).await?;
     let rss = server.peak_rss_kib();
     server.stop();
     let _ = std::fs::remove_dir_all(&dir);

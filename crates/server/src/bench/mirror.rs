@@ -8,6 +8,7 @@ use clap::Args;
 use serde_json::{Value, json};
 
 use super::ServerProcess;
+use super::events::Rng;
 
 /// Mirror bench options.
 #[derive(Args, Debug)]
@@ -24,18 +25,6 @@ pub struct MirrorBenchArgs {
     /// Concurrent clients; each owns a share of the keys, so per-key order holds.
     #[arg(long, default_value_t = 4)]
     pub clients: usize,
-}
-
-/// A deterministic generator (xorshift), so runs are comparable.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 /// Changes per client (as Debezium events) and the expected final rows (key → version).

@@ -227,6 +227,20 @@ impl ServerProcess {
         body["rows"][0]["n"].as_i64().ok_or_else(|| format!("count failed: {body}"))
     }
 
+    /// Wait until `table` holds `n` rows; seconds from `since`.
+    async fn wait_rows(&self, http: &reqwest::Client, table: &str, n: usize, since: Instant) -> Result<f64, String> {
+        loop {
+            let rows = self.count(http, table).await.unwrap_or(0);
+            if rows >= n as i64 {
+                return Ok(since.elapsed().as_secs_f64());
+            }
+            if since.elapsed() > Duration::from_secs(1200) {
+                return Err(format!("only {rows} rows after 1200 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Peak resident set size (VmHWM) of the server, KiB.
     fn peak_rss_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
