@@ -3,7 +3,8 @@
 pub mod http_push;
 pub mod kafka;
 pub mod kinesis;
+pub mod postgres;
 mod stream;
 pub mod workspace;
 
-pub use stream::{SourceConfig, SourceContext, SourceHandle, StreamConfig, build_source};
+pub use stream::{SourceConfig, SourceContext, SourceHandle, StreamConfig, build_source, release_source, test_source};

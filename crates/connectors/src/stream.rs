@@ -12,6 +12,7 @@ use sluice_core::{
 use crate::http_push::{self, HttpPushConfig, PushHandle};
 use crate::kafka::{KafkaConfig, KafkaSource};
 use crate::kinesis::{KinesisConfig, KinesisSource};
+use crate::postgres::{Check, PostgresConfig, PostgresSource};
 
 /// One stream: a source, a destination table in the workspace, and how to batch.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -73,12 +74,19 @@ impl StreamConfig {
             SourceConfig::HttpPush(c) => c.validate(),
             SourceConfig::Kafka(c) => c.validate(),
             SourceConfig::Kinesis(c) => c.validate(),
+            SourceConfig::Postgres(c) => c.validate(),
         }
     }
 
     /// Mode, keys, history and format, as the decoder takes them.
     pub fn changes(&self) -> ChangeConfig {
-        ChangeConfig { mode: self.mode, keys: self.keys.clone(), history: self.history, format: self.format }
+        match self.source {
+            // Postgres changes always mirror, keyed by each table's primary key.
+            SourceConfig::Postgres(_) => {
+                ChangeConfig { mode: Mode::Mirror, keys: Vec::new(), history: self.history, format: Format::Debezium }
+            }
+            _ => ChangeConfig { mode: self.mode, keys: self.keys.clone(), history: self.history, format: self.format },
+        }
     }
 
     /// The secrets inside the source config, by field path. The server keeps them apart from
@@ -99,6 +107,7 @@ impl StreamConfig {
                 keep("source.credentials.secret_access_key", credentials.and_then(|c| c.secret_access_key.as_ref()));
                 keep("source.credentials.session_token", credentials.and_then(|c| c.session_token.as_ref()));
             }
+            SourceConfig::Postgres(pg) => keep("source.password", pg.password.as_ref()),
             SourceConfig::HttpPush(_) => {}
         }
         out
@@ -126,6 +135,7 @@ impl StreamConfig {
                     restore(&mut c.session_token, "source.credentials.session_token");
                 }
             }
+            SourceConfig::Postgres(pg) => restore(&mut pg.password, "source.password"),
             SourceConfig::HttpPush(_) => {}
         }
     }
@@ -141,6 +151,8 @@ pub enum SourceConfig {
     Kafka(Box<KafkaConfig>),
     /// Records from every shard of an Amazon Kinesis data stream.
     Kinesis(Box<KinesisConfig>),
+    /// Tables of a PostgreSQL database through logical replication, mirrored.
+    Postgres(Box<PostgresConfig>),
 }
 
 impl Default for SourceConfig {
@@ -183,5 +195,26 @@ pub fn build_source(config: &SourceConfig, ctx: SourceContext<'_>) -> Result<(Bo
             let source = KinesisSource::build(c, ctx.position, ctx.metrics)?;
             Ok((Box::new(source), SourceHandle::None))
         }
+        SourceConfig::Postgres(c) => {
+            let source = PostgresSource::build(c, ctx.stream, ctx.position, ctx.metrics)?;
+            Ok((Box::new(source), SourceHandle::None))
+        }
+    }
+}
+
+/// What a source needs, checked before anything is created (Postgres: connection, wal_level,
+/// privileges, free slots and senders, keyed tables). Sources without checks pass.
+pub async fn test_source(config: &SourceConfig, stream: &str) -> Result<Vec<Check>> {
+    match config {
+        SourceConfig::Postgres(c) => crate::postgres::test_connection(c, stream).await,
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// Release what a removed stream held at its source (Postgres: its slot and publication).
+pub async fn release_source(config: &SourceConfig, stream: &str) -> Result<()> {
+    match config {
+        SourceConfig::Postgres(c) => crate::postgres::release(c, stream).await,
+        _ => Ok(()),
     }
 }

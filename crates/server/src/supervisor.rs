@@ -114,6 +114,9 @@ impl Supervisor {
     /// Stop a stream and forget it; its table stays unless `drop_table`.
     pub async fn remove(&self, name: &str, drop_table: bool) -> Result<bool> {
         let Some(stream) = self.stop(name).await else { return Ok(false) };
+        if let Err(e) = sluice_connectors::release_source(&stream.config.source, name).await {
+            tracing::warn!(stream = name, error = %e, "Could not release the source's resources.");
+        }
         let table = drop_table.then(|| stream.config.table.clone());
         self.workspace.delete_stream(name, table).await?;
         Ok(true)

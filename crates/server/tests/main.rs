@@ -12,5 +12,6 @@ mod kafka;
 mod kafka_faults;
 mod kinesis;
 mod mirror;
+mod postgres_cdc;
 mod push;
 mod schema;

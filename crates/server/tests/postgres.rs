@@ -21,6 +21,11 @@ impl Postgres {
     /// initdb, configure for logical replication, start, and create the `etl` user (LOGIN
     /// REPLICATION) owning the `etltest` database.
     pub fn start() -> Self {
+        Self::start_with("wal_level = logical\nmax_replication_slots = 20\nmax_wal_senders = 20\n")
+    }
+
+    /// Start with these replication settings instead.
+    pub fn start_with(replication: &str) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let dir = std::env::temp_dir().join(format!("sluice-pg-{:x}", rand::random::<u64>()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -45,8 +50,8 @@ impl Postgres {
                 "--no-sync",
             ]));
         let conf = format!(
-            "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{}'\nwal_level = logical\n\
-             max_replication_slots = 20\nmax_wal_senders = 20\nfsync = off\nfull_page_writes = off\n",
+            "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{}'\n{replication}\
+             fsync = off\nfull_page_writes = off\n",
             dir.display()
         );
         let mut existing = std::fs::read_to_string(data.join("postgresql.conf")).unwrap();
@@ -64,6 +69,7 @@ impl Postgres {
         let pg = Self { dir, port };
         pg.admin("CREATE ROLE etl WITH LOGIN REPLICATION PASSWORD 'etl'");
         pg.admin("CREATE DATABASE etltest OWNER etl");
+        pg.admin("CREATE ROLE plain WITH LOGIN PASSWORD 'plain'");
         pg
     }
 

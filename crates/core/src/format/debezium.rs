@@ -136,7 +136,8 @@ fn source_order(source: &Value) -> Option<String> {
     };
     let text = |k: &str| source.get(k).and_then(Value::as_str);
     match source.get("connector").and_then(Value::as_str)? {
-        "postgresql" => Some(format!("{:020}", number("lsn")?)),
+        // Sluice's own Postgres source adds `txSeq`: the commit LSN, then the order within it.
+        "postgresql" => Some(format!("{:020}{:010}", number("lsn")?, number("txSeq").unwrap_or(0))),
         "mysql" | "mariadb" => {
             let file = text("file")?;
             let index: u64 = file.rsplit('.').next()?.parse().ok()?;

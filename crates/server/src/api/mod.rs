@@ -28,6 +28,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/streams/{id}/metrics", get(metrics::stream))
         // The push route enforces each stream's own body limit while reading.
         .route("/api/streams/{id}/push", post(push::push).layer(DefaultBodyLimit::disable()))
+        .route("/api/sources/test", post(streams::test))
         .route("/api/sql", post(sql::query))
         .route("/api/metrics", get(metrics::all))
         .route("/metrics", get(metrics::prometheus))

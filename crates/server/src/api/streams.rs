@@ -42,6 +42,14 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let mut config = parse_config(body?.0)?;
     validate(&config)?;
+    // Test connection before anything is created.
+    let failed: Vec<_> =
+        sluice_connectors::test_source(&config.source, &config.name).await?.into_iter().filter(|c| !c.ok).collect();
+    if !failed.is_empty() {
+        let message = failed.iter().map(|c| c.message.as_str()).collect::<Vec<_>>().join("; ");
+        return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("the source is not ready: {message}"))
+            .with_details(json!({ "checks": failed })));
+    }
     if state.supervisor.get(&config.name).await.is_some() {
         return Err(ApiError::new(StatusCode::CONFLICT, format!("a stream named '{}' exists", config.name)));
     }
@@ -142,4 +150,16 @@ pub async fn delete(
     } else {
         Err(ApiError::no_stream(&id))
     }
+}
+
+/// `POST /api/sources/test`: `{"name": "stream", "source": {...}}`; every check with its result.
+pub async fn test(body: Result<Json<Value>, JsonRejection>) -> Result<Json<Value>, ApiError> {
+    let body = body?.0;
+    let name = body.get("name").and_then(Value::as_str).unwrap_or("test").to_string();
+    let source: sluice_connectors::SourceConfig =
+        serde_json::from_value(body.get("source").cloned().unwrap_or(Value::Null))
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("source: {e}")))?;
+    let checks = sluice_connectors::test_source(&source, &name).await?;
+    let ok = checks.iter().all(|c| c.ok);
+    Ok(Json(json!({ "ok": ok, "checks": checks })))
 }

@@ -1,0 +1,314 @@
+//! The Postgres CDC source. A task creates the publication and the `pgoutput` slot (exporting
+//! its snapshot), copies the existing rows in chunks, then streams changes one whole
+//! transaction per chunk. Positions (snapshot progress, then the commit LSN) are stored with
+//! the rows; the slot's confirmed flush LSN moves only when the run loop commits.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pgwire_replication::Lsn;
+use pgwire_replication::client::ReplicationClient;
+use pgwire_replication::config::{ReplicationConfig, TlsConfig};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sluice_core::{Chunk, Error, ErrorKind, Payload, Position, Record, RecordMeta, Result, Source, StreamMetrics};
+use tokio::sync::{mpsc, watch};
+
+use super::checks::tables;
+use super::config::{PostgresConfig, cause, sql_error};
+use super::pgoutput::Cell;
+use super::values::value;
+
+/// Where a Postgres stream stands: copying (table by table, chunk by chunk), then streaming.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(super) struct Progress {
+    /// The LSN the stream resumes after (the slot's start until the first commit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) lsn: Option<u64>,
+    /// The slot's consistent point, where streaming starts after the copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) start_lsn: Option<u64>,
+    /// Tables fully copied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) copied: Vec<String>,
+    /// The table being copied and the last key copied (text values), when mid-table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) copying: Option<(String, Vec<String>)>,
+}
+
+fn position(p: &Progress) -> Position {
+    Position(serde_json::to_value(p).unwrap_or(Value::Null))
+}
+
+/// Reads one Postgres database's tables into mirrored tables.
+pub struct PostgresSource {
+    rx: mpsc::Receiver<Result<Chunk>>,
+    acked: watch::Sender<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PostgresSource {
+    /// Start from `position` (the durable checkpoint).
+    pub fn build(
+        config: &PostgresConfig,
+        stream: &str,
+        position: &Position,
+        metrics: Arc<StreamMetrics>,
+    ) -> Result<Self> {
+        let progress: Progress = serde_json::from_value(position.0.clone()).unwrap_or_default();
+        let (tx, rx) = mpsc::channel(16);
+        let (acked, acks) = watch::channel(progress.lsn.unwrap_or(0));
+        let cdc = Cdc { config: config.clone(), slot: PostgresConfig::slot_name(stream), metrics, tx: tx.clone() };
+        let task = tokio::spawn(async move {
+            if let Err(e) = cdc.run(progress, acks).await {
+                let _ = tx.send(Err(e)).await;
+            }
+        });
+        Ok(Self { rx, acked, task })
+    }
+}
+
+#[async_trait]
+impl Source for PostgresSource {
+    async fn next(&mut self) -> Result<Option<Chunk>> {
+        match self.rx.recv().await {
+            Some(Ok(chunk)) => Ok(Some(chunk)),
+            Some(Err(e)) => Err(e),
+            None => Err(Error::new(ErrorKind::Transient, "the Postgres reader stopped")),
+        }
+    }
+
+    async fn commit(&mut self, position: &Position) -> Result<()> {
+        if let Some(lsn) = position.0.get("lsn").and_then(Value::as_u64) {
+            self.acked.send_replace(lsn);
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for PostgresSource {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Drop the stream's slot and publication (the stream is being removed).
+pub async fn release(config: &PostgresConfig, stream: &str) -> Result<()> {
+    let client = config.connect().await?;
+    let slot = PostgresConfig::slot_name(stream);
+    // The walsender of a stopped stream may take a moment to let go of the slot.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let dropped = client
+            .execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await;
+        match dropped {
+            Ok(_) => break,
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(e) => return Err(sql_error("dropping the replication slot", &e)),
+        }
+    }
+    client
+        .batch_execute(&format!("DROP PUBLICATION IF EXISTS \"{slot}\""))
+        .await
+        .map_err(|e| sql_error("dropping the publication", &e))
+}
+
+pub(super) struct Cdc {
+    pub(super) config: PostgresConfig,
+    pub(super) slot: String,
+    pub(super) metrics: Arc<StreamMetrics>,
+    pub(super) tx: mpsc::Sender<Result<Chunk>>,
+}
+
+impl Cdc {
+    async fn run(self, mut progress: Progress, acks: watch::Receiver<u64>) -> Result<()> {
+        tracing::info!(slot = %self.slot, ?progress, "Postgres source starting.");
+        let client = self.config.connect().await?;
+        let tables: Vec<String> = tables(&client, &self.config)
+            .await
+            .map_err(|e| sql_error("listing tables", &e))?
+            .into_iter()
+            .map(|t| t.0)
+            .collect();
+        self.ensure_publication(&client, &tables).await?;
+        let mut replication = None;
+        if progress.lsn.is_none() && progress.start_lsn.is_none() {
+            // First start: the slot, and the snapshot it exports for a consistent copy.
+            let mut session = ReplicationClient::connect_gated(self.replication_config(Lsn::from_u64(0)))
+                .await
+                .map_err(|e| Error::new(ErrorKind::Connect, format!("replication connection: {e}")))?;
+            let mode = if self.config.snapshot { "export" } else { "nothing" };
+            let created = session
+                .simple_query(&format!(
+                    "CREATE_REPLICATION_SLOT \"{}\" LOGICAL pgoutput (SNAPSHOT '{mode}')",
+                    self.slot
+                ))
+                .await;
+            let (start, snapshot) = match created {
+                Ok(rows) => {
+                    let row = rows.into_iter().next().ok_or_else(|| Error::new(ErrorKind::Fatal, "no slot row"))?;
+                    let text =
+                        |i: usize| row.get(i).and_then(|c| c.as_ref()).map(|b| String::from_utf8_lossy(b).into_owned());
+                    let lsn = text(1).and_then(|l| Lsn::parse(&l).ok()).map_or(0, Lsn::as_u64);
+                    (lsn, text(2))
+                }
+                // It exists already (a crash before the first checkpoint): start where it stands.
+                Err(_) => (self.slot_position(&client).await?, None),
+            };
+            progress.start_lsn = Some(start);
+            if !self.config.snapshot {
+                progress.lsn = Some(start);
+            }
+            replication = Some((session, snapshot));
+        }
+        if progress.lsn.is_none() {
+            let snapshot = replication.as_ref().and_then(|(_, s)| s.clone());
+            self.copy(&tables, &mut progress, snapshot).await?;
+            progress.lsn = progress.start_lsn;
+            progress.copying = None;
+            if !self.send(Vec::new(), &progress).await {
+                return Ok(());
+            }
+        }
+        let start = Lsn::from_u64(progress.lsn.unwrap_or(0));
+        let session = match replication {
+            Some((mut session, _)) => {
+                session.start().await.map_err(|e| Error::new(ErrorKind::Transient, format!("replication: {e}")))?;
+                session
+            }
+            None => ReplicationClient::connect(self.replication_config(start))
+                .await
+                .map_err(|e| Error::new(ErrorKind::Connect, format!("replication connection: {e}")))?,
+        };
+        self.metrics.set_state("running", None);
+        self.stream(client, session, progress, acks).await
+    }
+
+    fn replication_config(&self, start: Lsn) -> ReplicationConfig {
+        let mut cfg = ReplicationConfig::new(
+            self.config.host.clone(),
+            self.config.user.clone(),
+            self.config.password(),
+            self.config.database.clone(),
+            self.slot.clone(),
+            self.slot.clone(),
+        );
+        cfg.port = self.config.port;
+        cfg.tls = TlsConfig::disabled();
+        cfg.start_lsn = start;
+        cfg.status_interval = Duration::from_secs(1);
+        cfg
+    }
+
+    async fn slot_position(&self, client: &tokio_postgres::Client) -> Result<u64> {
+        let row = client
+            .query_opt(
+                "SELECT coalesce(confirmed_flush_lsn, restart_lsn)::text FROM pg_replication_slots WHERE slot_name = $1",
+                &[&self.slot],
+            )
+            .await
+            .map_err(|e| sql_error("reading the slot", &e))?
+            .ok_or_else(|| Error::new(ErrorKind::Fatal, format!("replication slot {} vanished", self.slot)))?;
+        let text: Option<String> = row.get(0);
+        Ok(text.and_then(|t| Lsn::parse(&t).ok()).map_or(0, Lsn::as_u64))
+    }
+
+    async fn ensure_publication(&self, client: &tokio_postgres::Client, tables: &[String]) -> Result<()> {
+        let exists = client
+            .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&self.slot])
+            .await
+            .map_err(|e| sql_error("reading publications", &e))?
+            .is_some();
+        if exists || tables.is_empty() {
+            return Ok(());
+        }
+        let list: Vec<String> =
+            tables.iter().map(|t| t.split_once('.').map_or(t.clone(), |(s, n)| format!("\"{s}\".\"{n}\""))).collect();
+        let sql = format!("CREATE PUBLICATION \"{}\" FOR TABLE {}", self.slot, list.join(", "));
+        client.batch_execute(&sql).await.map_err(|e| {
+            Error::new(
+                ErrorKind::Config,
+                format!("cannot create the publication (the user must own the tables): {}", cause(&e)),
+            )
+        })
+    }
+
+    /// Hand a chunk of records to the run loop; false once the stream is gone.
+    pub(super) async fn send(&self, records: Vec<Record>, progress: &Progress) -> bool {
+        let bytes = records.len() * 64;
+        let chunk = Chunk { records, bytes, position: position(progress), arrived: Instant::now(), flush: false };
+        self.tx.send(Ok(chunk)).await.is_ok()
+    }
+}
+
+/// A change as the decoder's Debezium envelope, keyed by the table's key columns.
+pub(super) fn change(
+    op: &str,
+    relation: &RelationInfo,
+    before: Option<Map<String, Value>>,
+    after: Option<Map<String, Value>>,
+    source: Value,
+) -> Record {
+    let image = after.as_ref().or(before.as_ref());
+    let key: Map<String, Value> =
+        relation.key.iter().filter_map(|k| image.and_then(|i| i.get(k)).map(|v| (k.clone(), plain_key(v)))).collect();
+    let event = json!({"op": op, "before": before, "after": after, "source": source});
+    Record {
+        payload: Payload::Json(event),
+        meta: RecordMeta {
+            received_us: sluice_core::batch::now_us(),
+            key: Some(Value::Object(key).to_string()),
+            route: Some(relation.name.clone()),
+            ..RecordMeta::default()
+        },
+    }
+}
+
+/// A key value without its type mark (keys are matched on the image's values).
+fn plain_key(v: &Value) -> Value {
+    v.get(sluice_core::format::logical::TYPED_MARK).cloned().unwrap_or_else(|| v.clone())
+}
+
+/// A value as the text Postgres would print for it (for key filters).
+pub(super) fn plain_text(v: &Value) -> String {
+    match plain_key(v) {
+        Value::String(s) => s,
+        other => other.to_string(),
+    }
+}
+
+/// A relation with resolved types and its key.
+pub(super) struct RelationInfo {
+    pub schema: String,
+    pub name: String,
+    pub columns: Vec<(String, super::values::TypeInfo, i32)>,
+    pub key: Vec<String>,
+}
+
+impl RelationInfo {
+    pub(super) fn image(&self, cells: &[Cell]) -> Map<String, Value> {
+        let mut out = Map::new();
+        for ((name, info, typmod), cell) in self.columns.iter().zip(cells) {
+            match cell {
+                Cell::Null => {
+                    out.insert(name.clone(), Value::Null);
+                }
+                // Not sent: left out, so the row keeps its value.
+                Cell::Unchanged => {}
+                Cell::Text(t) => {
+                    out.insert(name.clone(), value(info, *typmod, t));
+                }
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,154 @@
+//! Postgres source settings: the API's and the YAML's type, a pure `validate`, connections.
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{Error, ErrorKind, Result, Secret};
+
+/// A Postgres CDC source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// Host name or address.
+    pub host: String,
+    /// Port.
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// Database.
+    pub database: String,
+    /// User: a superuser, or a user with the REPLICATION attribute that owns the tables.
+    pub user: String,
+    /// Password; never serialized back.
+    #[serde(default, skip_serializing)]
+    pub password: Option<Secret>,
+    /// `disable` or `prefer` (TLS is not offered yet; see the README).
+    #[serde(default)]
+    pub sslmode: SslMode,
+    /// Schema-qualified tables (`public.orders`). Give these or `schema`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tables: Vec<String>,
+    /// Every table of this schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
+    /// Copy the existing rows first.
+    #[serde(default = "yes")]
+    pub snapshot: bool,
+    /// Rows per snapshot chunk.
+    #[serde(default = "default_chunk")]
+    pub snapshot_chunk_rows: u32,
+}
+
+fn default_port() -> u16 {
+    5432
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_chunk() -> u32 {
+    10_000
+}
+
+/// TLS to the server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SslMode {
+    /// Plain TCP.
+    Disable,
+    /// Plain TCP (TLS is not offered yet).
+    #[default]
+    Prefer,
+}
+
+fn identifier_ok(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 63 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+impl PostgresConfig {
+    /// Check every field; pure. Errors name the field.
+    pub fn validate(&self) -> Result<()> {
+        if self.host.is_empty() {
+            return Err(Error::config("source.host", "must not be empty"));
+        }
+        if self.database.is_empty() {
+            return Err(Error::config("source.database", "must not be empty"));
+        }
+        if self.user.is_empty() {
+            return Err(Error::config("source.user", "must not be empty"));
+        }
+        match (self.tables.is_empty(), &self.schema) {
+            (true, None) => return Err(Error::config("source.tables", "give tables (schema.table) or schema")),
+            (false, Some(_)) => return Err(Error::config("source.schema", "give tables or schema, not both")),
+            _ => {}
+        }
+        for t in &self.tables {
+            let ok = t.split_once('.').is_some_and(|(s, n)| identifier_ok(s) && identifier_ok(n));
+            if !ok {
+                return Err(Error::config("source.tables", format!("'{t}' is not schema.table (letters, digits, _)")));
+            }
+        }
+        if let Some(s) = &self.schema
+            && !identifier_ok(s)
+        {
+            return Err(Error::config("source.schema", "letters, digits and _ only"));
+        }
+        if !(100..=1_000_000).contains(&self.snapshot_chunk_rows) {
+            return Err(Error::config("source.snapshot_chunk_rows", "must be between 100 and 1000000"));
+        }
+        Ok(())
+    }
+
+    /// The slot and publication names of `stream`.
+    pub fn slot_name(stream: &str) -> String {
+        let clean: String =
+            stream.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
+        format!("sluice_{clean}")
+    }
+
+    pub(crate) fn password(&self) -> String {
+        self.password.as_ref().map(|p| p.expose().to_string()).unwrap_or_default()
+    }
+
+    /// A SQL session.
+    pub(crate) async fn connect(&self) -> Result<tokio_postgres::Client> {
+        let mut config = tokio_postgres::Config::new();
+        config
+            .host(&self.host)
+            .port(self.port)
+            .dbname(&self.database)
+            .user(&self.user)
+            .password(self.password())
+            .application_name("sluice")
+            .connect_timeout(std::time::Duration::from_secs(10));
+        let (client, connection) = config.connect(tokio_postgres::NoTls).await.map_err(|e| {
+            Error::new(ErrorKind::Connect, format!("cannot connect to {}:{}: {}", self.host, self.port, cause(&e)))
+        })?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "Postgres connection ended.");
+            }
+        });
+        Ok(client)
+    }
+}
+
+/// The server's own message for an error, when it sent one.
+pub(crate) fn cause(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => db.message().to_string(),
+        None => {
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                text = format!("{text}: {s}");
+                source = s.source();
+            }
+            text
+        }
+    }
+}
+
+/// A SQL error as a Sluice error: connection trouble is transient.
+pub(crate) fn sql_error(what: &str, e: &tokio_postgres::Error) -> Error {
+    let kind = if e.as_db_error().is_some() { ErrorKind::Fatal } else { ErrorKind::Transient };
+    Error::new(kind, format!("{what}: {}", cause(e)))
+}

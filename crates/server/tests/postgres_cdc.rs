@@ -1,0 +1,248 @@
+//! Postgres CDC against a real PostgreSQL 15: test connection, snapshot then streaming, type
+//! fidelity, TOAST, ADD COLUMN, deletes, kill -9, and removal dropping the slot.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::harness::{DataDir, Server, wait_until};
+use crate::kafka::{rows, wait_rows};
+use crate::postgres::Postgres;
+
+fn source(pg: &Postgres, tables: &[&str]) -> Value {
+    json!({"type": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest", "user": "etl",
+           "password": "etl", "tables": tables})
+}
+
+/// `id|name` lines of a Postgres query, and the same from Sluice, for comparison.
+async fn sluice_lines(server: &Server, sql: &str) -> Vec<String> {
+    let (status, body) = server.sql_raw(sql).await;
+    if status != 200 {
+        return Vec::new();
+    }
+    body["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_object()
+                .unwrap()
+                .values()
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect()
+}
+
+fn pg_lines(pg: &Postgres, sql: &str) -> Vec<String> {
+    pg.sql(sql).lines().map(str::to_string).collect()
+}
+
+#[tokio::test]
+async fn test_connection_names_each_failure() {
+    let pg = Postgres::start();
+    let dir = DataDir::new("pg-checks");
+    let server = Server::start(&dir.0).await;
+    let test = |body: Value| {
+        let server = &server;
+        async move {
+            let r = server.http.post(server.url("/api/sources/test")).json(&body).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    let failed = |checks: &Value, name: &str| -> Option<String> {
+        checks["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == json!(name) && c["ok"] == json!(false))
+            .map(|c| c["message"].as_str().unwrap().to_string())
+    };
+    pg.sql("CREATE TABLE keyed (id int PRIMARY KEY); CREATE TABLE loose (v int);");
+    let ok = test(json!({"name": "s", "source": source(&pg, &["public.keyed"])})).await;
+    assert_eq!(ok["ok"], json!(true), "{ok}");
+    // Wrong password.
+    let mut bad = source(&pg, &["public.keyed"]);
+    bad["password"] = json!("nope");
+    let r = test(json!({"source": bad})).await;
+    assert!(failed(&r, "connect").unwrap().contains("password"), "{r}");
+    // No REPLICATION attribute.
+    let mut plain = source(&pg, &["public.keyed"]);
+    plain["user"] = json!("plain");
+    plain["password"] = json!("plain");
+    let r = test(json!({"source": plain})).await;
+    assert!(failed(&r, "replication_privilege").unwrap().contains("ALTER ROLE \"plain\" WITH REPLICATION"), "{r}");
+    // A table with neither a primary key nor REPLICA IDENTITY FULL, and one that does not exist.
+    let r = test(json!({"source": source(&pg, &["public.loose"])})).await;
+    assert!(failed(&r, "tables").unwrap().contains("REPLICA IDENTITY FULL"), "{r}");
+    let r = test(json!({"source": source(&pg, &["public.nope"])})).await;
+    assert!(failed(&r, "tables").is_some(), "{r}");
+    // Every replication slot taken.
+    for i in 0..20 {
+        pg.admin(&format!("SELECT pg_create_logical_replication_slot('filler_{i}', 'pgoutput')"));
+    }
+    let r = test(json!({"source": source(&pg, &["public.keyed"])})).await;
+    assert!(failed(&r, "free_replication_slot").unwrap().contains("max_replication_slots"), "{r}");
+    // Creating a stream runs the checks first and creates nothing.
+    let r = server
+        .http
+        .post(server.url("/api/streams"))
+        .json(&json!({"name": "blocked", "table": "t", "source": source(&pg, &["public.keyed"])}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    assert_eq!(server.get("/api/streams/blocked").await.0, 404);
+    // A server without logical WAL or WAL senders.
+    let replica = Postgres::start_with("wal_level = replica\nmax_wal_senders = 0\n");
+    let r = test(json!({"source": source(&replica, &["public.keyed"])})).await;
+    assert!(failed(&r, "wal_level").unwrap().contains("wal_level = logical"), "{r}");
+    assert!(failed(&r, "free_wal_sender").unwrap().contains("max_wal_senders"), "{r}");
+}
+
+#[tokio::test]
+async fn snapshot_then_streaming_with_types_toast_ddl_and_removal() {
+    let pg = Postgres::start();
+    pg.sql(
+        "CREATE TYPE mood AS ENUM ('calm', 'busy');
+         CREATE DOMAIN positive AS int CHECK (VALUE > 0);
+         CREATE TABLE items (id int PRIMARY KEY, price numeric(38,10), at timestamptz, tags text[], doc jsonb,
+           uid uuid, raw bytea, m mood, qty positive, note text);
+         CREATE TABLE events (id bigint, v text);
+         ALTER TABLE events REPLICA IDENTITY FULL;
+         INSERT INTO items VALUES
+           (1, 12345.6789012345, '2024-01-02 10:00:00+02', '{a,\"b c\",NULL}', '{\"k\": [1, 2]}',
+            '9b2f5f6a-8d4e-4a53-9d5b-3f1c2a7e6b10', '\\x0102', 'calm', 3, repeat('x', 100000)),
+           (2, -0.5, '2024-06-30 23:59:59.123456-05', '{}', 'null', NULL, NULL, 'busy', 7, 'short');
+         INSERT INTO events VALUES (1, 'one'), (2, 'two');",
+    );
+    let dir = DataDir::new("pg-cdc");
+    let server = Server::start(&dir.0).await;
+    server
+        .create_stream(json!({"name": "pg", "table": "[table]", "history": true,
+                               "source": source(&pg, &["public.items", "public.events"]), "flush": {"max_wait_ms": 100}}))
+        .await;
+    wait_rows(&server, "items", 2, Duration::from_secs(60)).await;
+    wait_rows(&server, "events", 2, Duration::from_secs(60)).await;
+    let types = server
+        .sql("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'items' ORDER BY ordinal_position")
+        .await;
+    let ty = |c: &str| types.iter().find(|t| t["column_name"] == json!(c)).map(|t| t["data_type"].clone()).unwrap();
+    assert_eq!(ty("price"), json!("DECIMAL(38,10)"));
+    assert_eq!(ty("at"), json!("TIMESTAMP WITH TIME ZONE"));
+    assert_eq!(ty("tags"), json!("JSON"));
+    assert_eq!(ty("doc"), json!("JSON"));
+    assert_eq!(ty("uid"), json!("UUID"));
+    assert_eq!(ty("m"), json!("VARCHAR"));
+    assert_eq!(ty("qty"), json!("BIGINT"));
+    let row = &server
+        .sql(r#"SELECT price::VARCHAR AS p, "at"::VARCHAR AS a, tags::VARCHAR AS t, doc->>'$.k[1]' AS k, raw, m, length(note) AS n FROM items WHERE id = 1"#)
+        .await[0];
+    assert_eq!(row["p"], json!("12345.6789012345"));
+    assert_eq!(row["a"], json!("2024-01-02 08:00:00+00"));
+    assert_eq!(row["t"], json!(r#"["a","b c",null]"#));
+    assert_eq!(row["k"], json!("2"));
+    assert_eq!(row["raw"], json!("\\x0102"));
+    assert_eq!(row["m"], json!("calm"));
+    assert_eq!(row["n"], json!(100000));
+
+    // Streaming: an update leaving the TOASTed note unchanged, a delete (default identity and
+    // FULL), an insert, ADD COLUMN and a row using it.
+    pg.sql(
+        "UPDATE items SET qty = 4 WHERE id = 1;
+         DELETE FROM items WHERE id = 2;
+         DELETE FROM events WHERE id = 1;
+         INSERT INTO items (id, price, m, qty, note) VALUES (3, 1, 'busy', 1, 'new');
+         ALTER TABLE items ADD COLUMN color text;
+         INSERT INTO items (id, price, qty, color) VALUES (4, 2, 2, 'red');",
+    );
+    wait_until("the changes", Duration::from_secs(60), || async {
+        sluice_lines(
+            &server,
+            "SELECT id::VARCHAR AS id, qty::VARCHAR AS q, coalesce(color, '') AS c FROM items ORDER BY id",
+        )
+        .await
+            == pg_lines(&pg, "SELECT id, qty, coalesce(color, '') FROM items ORDER BY id")
+    })
+    .await;
+    assert_eq!(
+        server.sql("SELECT length(note) AS n FROM items WHERE id = 1").await[0]["n"],
+        json!(100000),
+        "TOAST kept"
+    );
+    assert_eq!(rows(&server, "events").await, 1);
+    let ops = server.sql("SELECT _op, count(*) AS n FROM items__changes GROUP BY _op ORDER BY _op").await;
+    assert_eq!(
+        ops,
+        [
+            json!({"_op": "delete", "n": 1}),
+            json!({"_op": "insert", "n": 2}),
+            json!({"_op": "snapshot", "n": 2}),
+            json!({"_op": "update", "n": 1})
+        ]
+    );
+    wait_until("slot lag in the metrics", Duration::from_secs(30), || async {
+        let (_, m) = server.get("/api/streams/pg/metrics").await;
+        m["source"]["slot_lag_bytes"].is_number() && m["source"]["snapshot_percent"] == json!(100.0)
+    })
+    .await;
+    let prometheus = server.http.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(prometheus.contains("sluice_stream_source_slot_lag_bytes{stream=\"pg\"}"), "{prometheus}");
+
+    // Removing the stream drops its slot and publication.
+    assert_eq!(pg.admin("SELECT count(*) FROM pg_replication_slots").trim(), "1");
+    let r = server.http.delete(server.url("/api/streams/pg")).send().await.unwrap();
+    assert!(r.status().is_success());
+    assert_eq!(pg.admin("SELECT count(*) FROM pg_replication_slots").trim(), "0");
+    assert_eq!(pg.sql("SELECT count(*) FROM pg_publication").trim(), "0");
+}
+
+#[tokio::test]
+async fn kill_9_during_snapshot_and_streaming_loses_nothing_and_duplicates_nothing() {
+    let pg = Postgres::start();
+    pg.sql(
+        "CREATE TABLE big (id int PRIMARY KEY, v int); INSERT INTO big SELECT g, g FROM generate_series(1, 30000) g;",
+    );
+    let dir = DataDir::new("pg-crash");
+    let mut server = Server::start(&dir.0).await;
+    let mut src = source(&pg, &["public.big"]);
+    src["snapshot_chunk_rows"] = json!(500);
+    server
+        .create_stream(
+            json!({"name": "b", "table": "big", "history": true, "source": src, "flush": {"max_wait_ms": 50}}),
+        )
+        .await;
+    // Mid-snapshot.
+    wait_rows(&server, "big", 3000, Duration::from_secs(60)).await;
+    server.kill9();
+    server = Server::start(&dir.0).await;
+    wait_rows(&server, "big", 30000, Duration::from_secs(120)).await;
+    // Mid-stream: updates in many small transactions while the server is killed.
+    let pg_port = pg.port;
+    let writer = std::thread::spawn(move || {
+        for round in 0..40 {
+            let sql = format!("UPDATE big SET v = v + 1 WHERE id % 40 = {round};");
+            std::process::Command::new(format!("{}/psql", crate::postgres::BIN))
+                .env("PGPASSWORD", "etl")
+                .args(["-h", "127.0.0.1", "-p", &pg_port.to_string(), "-U", "etl", "-d", "etltest", "-qAt", "-c", &sql])
+                .status()
+                .unwrap();
+        }
+    });
+    wait_rows(&server, "big__changes", 30000 + 3000, Duration::from_secs(60)).await;
+    server.kill9();
+    server = Server::start(&dir.0).await;
+    writer.join().unwrap();
+    wait_rows(&server, "big__changes", 30000 + 30000, Duration::from_secs(120)).await;
+    let want = pg.sql("SELECT count(*), sum(v) FROM big");
+    wait_until("the table to match", Duration::from_secs(60), || async {
+        sluice_lines(&server, "SELECT count(*)::VARCHAR AS n, sum(v)::VARCHAR AS s FROM big").await.join("")
+            == want.trim()
+    })
+    .await;
+    let history = server.sql("SELECT count(*) AS n, count(DISTINCT (id, v)) AS d FROM big__changes").await;
+    assert_eq!(history[0]["n"], json!(60000), "every change exactly once: {history:?}");
+    assert_eq!(history[0]["d"], json!(60000));
+}
