@@ -246,3 +246,26 @@ async fn kill_9_during_snapshot_and_streaming_loses_nothing_and_duplicates_nothi
     assert_eq!(history[0]["n"], json!(60000), "every change exactly once: {history:?}");
     assert_eq!(history[0]["d"], json!(60000));
 }
+
+#[tokio::test]
+async fn the_heartbeat_keeps_wal_retention_bounded_on_an_idle_table() {
+    let pg = Postgres::start();
+    pg.sql("CREATE TABLE quiet (id int PRIMARY KEY); CREATE TABLE noise (id serial PRIMARY KEY, pad text);");
+    let dir = DataDir::new("pg-heartbeat");
+    let server = Server::start(&dir.0).await;
+    let mut src = source(&pg, &["public.quiet"]);
+    src["heartbeat_ms"] = json!(500);
+    server.create_stream(json!({"name": "q", "table": "quiet", "source": src})).await;
+    wait_until("streaming", Duration::from_secs(60), || async {
+        server.get("/api/streams/q/metrics").await.1["source"]["slot_lag_bytes"].is_number()
+    })
+    .await;
+    // About 30 MB of WAL from a table the stream does not read: no change of the stream's own
+    // reaches the slot (PostgreSQL 15 skips empty transactions), only the heartbeats.
+    pg.sql("INSERT INTO noise (pad) SELECT repeat('x', 1000) FROM generate_series(1, 30000)");
+    let after_noise = pg.admin("SELECT pg_current_wal_lsn() - '0/0'").trim().parse::<f64>().unwrap();
+    let confirmed =
+        || pg.admin("SELECT confirmed_flush_lsn - '0/0' FROM pg_replication_slots").trim().parse::<f64>().unwrap();
+    let retained = || after_noise - confirmed();
+    wait_until("the slot to move past the noise", Duration::from_secs(30), || async { retained() <= 0.0 }).await;
+}

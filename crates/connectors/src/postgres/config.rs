@@ -34,6 +34,14 @@ pub struct PostgresConfig {
     /// Rows per snapshot chunk.
     #[serde(default = "default_chunk")]
     pub snapshot_chunk_rows: u32,
+    /// How long the stream may see no transaction before it writes a heartbeat (a logical
+    /// decoding message), so the slot moves on and WAL is not held on an idle database; ms.
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat_ms: u64,
+}
+
+fn default_heartbeat() -> u64 {
+    10_000
 }
 
 fn default_port() -> u16 {
@@ -90,6 +98,9 @@ impl PostgresConfig {
             && !identifier_ok(s)
         {
             return Err(Error::config("source.schema", "letters, digits and _ only"));
+        }
+        if !(100..=3_600_000).contains(&self.heartbeat_ms) {
+            return Err(Error::config("source.heartbeat_ms", "must be between 100 and 3600000"));
         }
         if !(100..=1_000_000).contains(&self.snapshot_chunk_rows) {
             return Err(Error::config("source.snapshot_chunk_rows", "must be between 100 and 1000000"));

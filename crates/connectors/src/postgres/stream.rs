@@ -18,7 +18,6 @@ use super::values::{Types, value};
 
 /// Microseconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
 const PG_EPOCH_US: i64 = 946_684_800_000_000;
-const HEARTBEAT: Duration = Duration::from_secs(10);
 
 impl Cdc {
     pub(super) async fn stream(
@@ -33,7 +32,8 @@ impl Cdc {
         let mut txn: Vec<Record> = Vec::new();
         let (mut xid, mut commit_us, mut commit_lsn) = (0u32, 0i64, 0u64);
         let mut measured = Instant::now();
-        let mut last_event = Instant::now();
+        let mut last_commit = Instant::now();
+        let heartbeat = Duration::from_millis(self.config.heartbeat_ms);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
@@ -50,7 +50,6 @@ impl Cdc {
                     let Some(event) = event else {
                         return Err(Error::new(ErrorKind::Transient, "the replication stream ended"));
                     };
-                    last_event = Instant::now();
                     match event {
                         ReplicationEvent::Begin { xid: x, commit_time_micros, final_lsn } => {
                             txn.clear();
@@ -69,6 +68,7 @@ impl Cdc {
                             }
                         }
                         ReplicationEvent::Commit { end_lsn, .. } => {
+                            last_commit = Instant::now();
                             progress.lsn = Some(end_lsn.as_u64());
                             if !self.send(std::mem::take(&mut txn), &progress).await {
                                 return Ok(());
@@ -82,11 +82,11 @@ impl Cdc {
                 self.measure_slot(&client, commit_us).await;
                 measured = Instant::now();
             }
-            if last_event.elapsed() >= HEARTBEAT {
+            if last_commit.elapsed() >= heartbeat {
                 // A transactional message moves the slot on an idle database; it comes back as
-                // an empty transaction whose commit is then confirmed.
+                // a transaction whose commit is then confirmed.
                 let _ = client.execute("SELECT pg_logical_emit_message(true, 'sluice-heartbeat', '')", &[]).await;
-                last_event = Instant::now();
+                last_commit = Instant::now();
             }
         }
     }
