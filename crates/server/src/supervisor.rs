@@ -122,6 +122,18 @@ impl Supervisor {
         Ok(true)
     }
 
+    /// Start `name` over from its source: release what it holds there (a Postgres slot), forget
+    /// its position, and start it again (a Postgres stream then copies its tables again).
+    pub async fn resnapshot(&self, name: &str) -> Result<bool> {
+        let Some(stream) = self.stop(name).await else { return Ok(false) };
+        if let Err(e) = sluice_connectors::release_source(&stream.config.source, name).await {
+            tracing::warn!(stream = name, error = %e, "Could not release the source's resources.");
+        }
+        self.workspace.reset_position(name).await?;
+        self.start(stream.config.clone(), stream.key_hash.clone()).await?;
+        Ok(true)
+    }
+
     /// Stop every stream (shutdown).
     pub async fn stop_all(&self) {
         let names: Vec<String> = self.streams.read().await.keys().cloned().collect();

@@ -269,3 +269,37 @@ async fn the_heartbeat_keeps_wal_retention_bounded_on_an_idle_table() {
     let retained = || after_noise - confirmed();
     wait_until("the slot to move past the noise", Duration::from_secs(30), || async { retained() <= 0.0 }).await;
 }
+
+#[tokio::test]
+async fn an_invalidated_slot_is_reported_and_a_resnapshot_recovers() {
+    let pg = Postgres::start_with(
+        "wal_level = logical\nmax_replication_slots = 20\nmax_wal_senders = 20\nmax_slot_wal_keep_size = 1MB\n\
+         wal_keep_size = 0\nmax_wal_size = 32MB\nmin_wal_size = 32MB\n",
+    );
+    pg.sql("CREATE TABLE kept (id int PRIMARY KEY, v text); INSERT INTO kept VALUES (1, 'a'), (2, 'b');");
+    let dir = DataDir::new("pg-invalidated");
+    let mut server = Server::start(&dir.0).await;
+    server.create_stream(json!({"name": "k", "table": "kept", "source": source(&pg, &["public.kept"])})).await;
+    wait_rows(&server, "kept", 2, Duration::from_secs(60)).await;
+    // Sluice stops; meanwhile the server writes far more WAL than the slot may keep.
+    server.stop();
+    pg.sql("INSERT INTO kept VALUES (3, 'c'); CREATE TABLE noise (pad text);");
+    for _ in 0..4 {
+        pg.sql("INSERT INTO noise SELECT repeat('x', 1000) FROM generate_series(1, 20000)");
+        pg.admin("CHECKPOINT");
+    }
+    wait_until("the slot to be invalidated", Duration::from_secs(30), || async {
+        pg.admin("SELECT wal_status FROM pg_replication_slots").trim() == "lost"
+    })
+    .await;
+    server = Server::start(&dir.0).await;
+    wait_until("the invalidated slot reported", Duration::from_secs(30), || async {
+        let (_, m) = server.get("/api/streams/k/metrics").await;
+        m["last_error"].as_str().is_some_and(|e| e.contains("invalidated") && e.contains("resnapshot"))
+    })
+    .await;
+    let r = server.http.post(server.url("/api/streams/k/resnapshot")).send().await.unwrap();
+    assert!(r.status().is_success());
+    wait_rows(&server, "kept", 3, Duration::from_secs(60)).await;
+    assert_eq!(pg.admin("SELECT wal_status FROM pg_replication_slots").trim(), "reserved");
+}

@@ -43,6 +43,9 @@ fn position(p: &Progress) -> Position {
 
 /// Reads one Postgres database's tables into mirrored tables.
 pub struct PostgresSource {
+    config: PostgresConfig,
+    stream: String,
+    metrics: Arc<StreamMetrics>,
     rx: mpsc::Receiver<Result<Chunk>>,
     acked: watch::Sender<u64>,
     task: tokio::task::JoinHandle<()>,
@@ -56,17 +59,24 @@ impl PostgresSource {
         position: &Position,
         metrics: Arc<StreamMetrics>,
     ) -> Result<Self> {
-        let progress: Progress = serde_json::from_value(position.0.clone()).unwrap_or_default();
-        let (tx, rx) = mpsc::channel(16);
-        let (acked, acks) = watch::channel(progress.lsn.unwrap_or(0));
-        let cdc = Cdc { config: config.clone(), slot: PostgresConfig::slot_name(stream), metrics, tx: tx.clone() };
-        let task = tokio::spawn(async move {
-            if let Err(e) = cdc.run(progress, acks).await {
-                let _ = tx.send(Err(e)).await;
-            }
-        });
-        Ok(Self { rx, acked, task })
+        let (rx, acked, task) = spawn(config, stream, position, metrics.clone());
+        Ok(Self { config: config.clone(), stream: stream.to_string(), metrics, rx, acked, task })
     }
+}
+
+type Spawned = (mpsc::Receiver<Result<Chunk>>, watch::Sender<u64>, tokio::task::JoinHandle<()>);
+
+fn spawn(config: &PostgresConfig, stream: &str, position: &Position, metrics: Arc<StreamMetrics>) -> Spawned {
+    let progress: Progress = serde_json::from_value(position.0.clone()).unwrap_or_default();
+    let (tx, rx) = mpsc::channel(16);
+    let (acked, acks) = watch::channel(progress.lsn.unwrap_or(0));
+    let cdc = Cdc { config: config.clone(), slot: PostgresConfig::slot_name(stream), metrics, tx: tx.clone() };
+    let task = tokio::spawn(async move {
+        if let Err(e) = cdc.run(progress, acks).await {
+            let _ = tx.send(Err(e)).await;
+        }
+    });
+    (rx, acked, task)
 }
 
 #[async_trait]
@@ -83,6 +93,13 @@ impl Source for PostgresSource {
         if let Some(lsn) = position.0.get("lsn").and_then(Value::as_u64) {
             self.acked.send_replace(lsn);
         }
+        Ok(())
+    }
+
+    async fn rewind(&mut self, position: &Position) -> Result<()> {
+        self.task.abort();
+        let (rx, acked, task) = spawn(&self.config, &self.stream, position, self.metrics.clone());
+        (self.rx, self.acked, self.task) = (rx, acked, task);
         Ok(())
     }
 
@@ -140,6 +157,9 @@ impl Cdc {
             .map(|t| t.0)
             .collect();
         self.ensure_publication(&client, &tables).await?;
+        if progress.lsn.is_some() || progress.start_lsn.is_some() {
+            self.slot_usable(&client).await?;
+        }
         let mut replication = None;
         if progress.lsn.is_none() && progress.start_lsn.is_none() {
             // First start: the slot, and the snapshot it exports for a consistent copy.
@@ -207,6 +227,28 @@ impl Cdc {
         cfg.start_lsn = start;
         cfg.status_interval = Duration::from_secs(1);
         cfg
+    }
+
+    /// The slot this stream resumes from must still exist and hold its WAL.
+    async fn slot_usable(&self, client: &tokio_postgres::Client) -> Result<()> {
+        let row = client
+            .query_opt("SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1", &[&self.slot])
+            .await
+            .map_err(|e| sql_error("reading the slot", &e))?;
+        let how = match row.map(|r| r.get::<_, Option<String>>(0)) {
+            None => "no longer exists",
+            Some(Some(status)) if status == "lost" => {
+                "was invalidated: the server removed WAL it still needed (see max_slot_wal_keep_size)"
+            }
+            Some(_) => return Ok(()),
+        };
+        let message = format!(
+            "replication slot {} {how}, so changes since the last checkpoint cannot be read; \
+             POST /api/streams/<name>/resnapshot copies the tables again",
+            self.slot
+        );
+        self.metrics.set_state("failed", Some(message.clone()));
+        Err(Error::new(ErrorKind::Fatal, message))
     }
 
     async fn slot_position(&self, client: &tokio_postgres::Client) -> Result<u64> {

@@ -124,6 +124,18 @@ impl Workspace {
         .await
     }
 
+    /// Forget where `stream` stands at its source (totals and sequence stay), so it starts
+    /// over: a re-snapshot.
+    pub async fn reset_position(&self, stream: &str) -> Result<()> {
+        let stream = stream.to_string();
+        self.with_connection(move |c| {
+            c.execute("UPDATE sluice.checkpoints SET position = 'null' WHERE stream = ?", params![stream])
+                .map(|_| ())
+                .map_err(db_error)
+        })
+        .await
+    }
+
     /// Every stored stream, by name.
     pub async fn streams(&self) -> Result<Vec<StoredStream>> {
         let mut secrets = self.secrets.load()?;

@@ -26,6 +26,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/streams", get(streams::list).post(streams::create))
         .route("/api/streams/{id}", get(streams::get).patch(streams::patch).delete(streams::delete))
         .route("/api/streams/{id}/metrics", get(metrics::stream))
+        .route("/api/streams/{id}/resnapshot", post(streams::resnapshot))
         // The push route enforces each stream's own body limit while reading.
         .route("/api/streams/{id}/push", post(push::push).layer(DefaultBodyLimit::disable()))
         .route("/api/sources/test", post(streams::test))

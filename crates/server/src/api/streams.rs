@@ -163,3 +163,11 @@ pub async fn test(body: Result<Json<Value>, JsonRejection>) -> Result<Json<Value
     let ok = checks.iter().all(|c| c.ok);
     Ok(Json(json!({ "ok": ok, "checks": checks })))
 }
+
+/// `POST /api/streams/:id/resnapshot`: start the stream over from its source.
+pub async fn resnapshot(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    if !state.supervisor.resnapshot(&id).await? {
+        return Err(ApiError::no_stream(&id));
+    }
+    Ok(Json(json!({ "resnapshot": id })))
+}

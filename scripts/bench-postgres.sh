@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Postgres CDC benchmark: a throwaway PostgreSQL 15 on 127.0.0.1 with a 1M-row table.
+# 1. PostgreSQL's own COPY ... TO STDOUT of the table (the limit for a snapshot);
+# 2. a Sluice stream's snapshot of it, until every row is queryable;
+# 3. 500k updates (50 transactions of 10k rows), until the mirrored table matches, sampling
+#    the slot lag meanwhile.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+source scripts/services/postgres.sh
+ROWS=${ROWS:-1000000}
+UPDATES_PER_TX=10000
+TXS=${TXS:-50}
+cargo build --release --locked -p sluice --quiet
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+PGPORT=$(free_port); API=$(free_port)
+DIR=$(mktemp -d /tmp/sluice-bench-pg.XXXXXX); chmod 755 "$DIR"
+echo postgres > "$DIR/pw"; chown -R postgres:postgres "$DIR"
+runuser -u postgres -- "$PG_BIN/initdb" -D "$DIR/data" -U postgres --pwfile="$DIR/pw" --auth-local=trust \
+  --auth-host=scram-sha-256 -E UTF8 --locale=C --no-sync >/dev/null
+printf "listen_addresses = '127.0.0.1'\nport = $PGPORT\nunix_socket_directories = '$DIR'\nwal_level = logical\nfsync = off\nfull_page_writes = off\nmax_wal_size = 4GB\n" >> "$DIR/data/postgresql.conf"
+runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w start >/dev/null
+SLUICE_PID=""
+cleanup() {
+  [ -n "$SLUICE_PID" ] && kill "$SLUICE_PID" 2>/dev/null && wait "$SLUICE_PID" 2>/dev/null || true
+  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$DIR/data" -m immediate stop >/dev/null 2>&1 || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+ADMIN="$PG_BIN/psql -h $DIR -p $PGPORT -U postgres -qAt -v ON_ERROR_STOP=1"
+$ADMIN -c "CREATE ROLE etl WITH LOGIN REPLICATION PASSWORD 'etl'" -c "CREATE DATABASE etltest OWNER etl"
+export PGPASSWORD=etl
+PSQL="$PG_BIN/psql -h 127.0.0.1 -p $PGPORT -U etl -d etltest -qAt -v ON_ERROR_STOP=1"
+$PSQL -c "CREATE TABLE accounts (id int PRIMARY KEY, owner text, balance numeric(12,2), opened timestamptz, active boolean)" \
+  -c "INSERT INTO accounts SELECT g, 'owner-' || g, (g % 100000) / 100.0, now() - (g || ' minutes')::interval, g % 3 <> 0 FROM generate_series(1, $ROWS) g" \
+  -c "VACUUM ANALYZE accounts"
+now() { date +%s.%N; }
+t0=$(now); $PSQL -c "COPY accounts TO STDOUT" > /dev/null; t1=$(now)
+copy_secs=$(echo "$t1 - $t0" | bc -l)
+
+"$CARGO_TARGET_DIR/release/sluice" serve --data-dir "$DIR/sluice" --listen "127.0.0.1:$API" >/dev/null 2>"$DIR/sluice.log" &
+SLUICE_PID=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$API/health" >/dev/null && break; sleep 0.1; done
+count() { curl -s "http://127.0.0.1:$API/api/sql" -H 'content-type: application/json' -d "{\"sql\": \"$1\"}" | python3 -c 'import json,sys; r=json.load(sys.stdin).get("rows") or [{}]; print(list(r[0].values())[0] if r[0] else 0)'; }
+t0=$(now)
+curl -sf "http://127.0.0.1:$API/api/streams" -H 'content-type: application/json' -d "{\"name\": \"pg\", \"table\": \"accounts\",
+  \"source\": {\"type\": \"postgres\", \"host\": \"127.0.0.1\", \"port\": $PGPORT, \"database\": \"etltest\", \"user\": \"etl\",
+  \"password\": \"etl\", \"tables\": [\"public.accounts\"]}}" >/dev/null
+until [ "$(count 'SELECT count(*) FROM accounts' 2>/dev/null || echo 0)" -ge "$ROWS" ] 2>/dev/null; do sleep 0.2; done
+t1=$(now)
+snap_secs=$(echo "$t1 - $t0" | bc -l)
+
+UPDATES=$((UPDATES_PER_TX * TXS))
+want=$($PSQL -c "SELECT sum(balance) + $UPDATES FROM accounts")
+t0=$(now)
+(for i in $(seq 0 $((TXS - 1))); do
+   echo "UPDATE accounts SET balance = balance + 1 WHERE id > $((i * UPDATES_PER_TX)) AND id <= $(((i + 1) * UPDATES_PER_TX));"
+ done | $PSQL >/dev/null) &
+writer=$!
+max_lag=0
+while true; do
+  lag=$(curl -s "http://127.0.0.1:$API/api/streams/pg/metrics" | python3 -c 'import json,sys; print(int(json.load(sys.stdin)["source"].get("slot_lag_bytes", 0)))')
+  [ "$lag" -gt "$max_lag" ] && max_lag=$lag
+  got=$(count 'SELECT sum(balance)::VARCHAR FROM accounts')
+  if ! kill -0 $writer 2>/dev/null && [ "$got" = "$want" ]; then break; fi
+  sleep 0.2
+done
+t1=$(now)
+apply_secs=$(echo "$t1 - $t0" | bc -l)
+echo "rows: $ROWS; updates: $UPDATES in $TXS transactions"
+echo "| run | rows or changes/s | seconds |"
+echo "|---|---|---|"
+printf "| COPY accounts TO STDOUT (psql, the limit) | %.0f | %.1f |\n" "$(echo "$ROWS / $copy_secs" | bc -l)" "$copy_secs"
+printf "| Sluice snapshot (stream created → all rows queryable) | %.0f | %.1f |\n" "$(echo "$ROWS / $snap_secs" | bc -l)" "$snap_secs"
+printf "| Sluice apply of %d updates (first update → table matches) | %.0f | %.1f |\n" "$UPDATES" "$(echo "$UPDATES / $apply_secs" | bc -l)" "$apply_secs"
+printf "snapshot / COPY: %.2f\n" "$(echo "$copy_secs / $snap_secs" | bc -l)"
+echo "largest slot lag sampled during the updates: $max_lag bytes"
