@@ -35,8 +35,9 @@ $PSQL -c "CREATE TABLE accounts (id int PRIMARY KEY, owner text, balance numeric
   -c "INSERT INTO accounts SELECT g, 'owner-' || g, (g % 100000) / 100.0, now() - (g || ' minutes')::interval, g % 3 <> 0 FROM generate_series(1, $ROWS) g" \
   -c "VACUUM ANALYZE accounts"
 now() { date +%s.%N; }
+calc() { python3 -c "print($1)"; }
 t0=$(now); $PSQL -c "COPY accounts TO STDOUT" > /dev/null; t1=$(now)
-copy_secs=$(echo "$t1 - $t0" | bc -l)
+copy_secs=$(calc "$t1 - $t0")
 
 "$CARGO_TARGET_DIR/release/sluice" serve --data-dir "$DIR/sluice" --listen "127.0.0.1:$API" >/dev/null 2>"$DIR/sluice.log" &
 SLUICE_PID=$!
@@ -48,7 +49,7 @@ curl -sf "http://127.0.0.1:$API/api/streams" -H 'content-type: application/json'
   \"password\": \"etl\", \"tables\": [\"public.accounts\"]}}" >/dev/null
 until [ "$(count 'SELECT count(*) FROM accounts' 2>/dev/null || echo 0)" -ge "$ROWS" ] 2>/dev/null; do sleep 0.2; done
 t1=$(now)
-snap_secs=$(echo "$t1 - $t0" | bc -l)
+snap_secs=$(calc "$t1 - $t0")
 
 UPDATES=$((UPDATES_PER_TX * TXS))
 want=$($PSQL -c "SELECT sum(balance) + $UPDATES FROM accounts")
@@ -66,12 +67,12 @@ while true; do
   sleep 0.2
 done
 t1=$(now)
-apply_secs=$(echo "$t1 - $t0" | bc -l)
+apply_secs=$(calc "$t1 - $t0")
 echo "rows: $ROWS; updates: $UPDATES in $TXS transactions"
 echo "| run | rows or changes/s | seconds |"
 echo "|---|---|---|"
-printf "| COPY accounts TO STDOUT (psql, the limit) | %.0f | %.1f |\n" "$(echo "$ROWS / $copy_secs" | bc -l)" "$copy_secs"
-printf "| Sluice snapshot (stream created → all rows queryable) | %.0f | %.1f |\n" "$(echo "$ROWS / $snap_secs" | bc -l)" "$snap_secs"
-printf "| Sluice apply of %d updates (first update → table matches) | %.0f | %.1f |\n" "$UPDATES" "$(echo "$UPDATES / $apply_secs" | bc -l)" "$apply_secs"
-printf "snapshot / COPY: %.2f\n" "$(echo "$copy_secs / $snap_secs" | bc -l)"
+printf "| COPY accounts TO STDOUT (psql, the limit) | %.0f | %.1f |\n" "$(calc "$ROWS / $copy_secs")" "$copy_secs"
+printf "| Sluice snapshot (stream created → all rows queryable) | %.0f | %.1f |\n" "$(calc "$ROWS / $snap_secs")" "$snap_secs"
+printf "| Sluice apply of %d updates (first update → table matches) | %.0f | %.1f |\n" "$UPDATES" "$(calc "$UPDATES / $apply_secs")" "$apply_secs"
+printf "snapshot / COPY: %.2f\n" "$(calc "$copy_secs / $snap_secs")"
 echo "largest slot lag sampled during the updates: $max_lag bytes"
