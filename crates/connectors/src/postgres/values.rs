@@ -100,12 +100,12 @@ pub(crate) fn value(info: &TypeInfo, typmod: i32, text: &str) -> Value {
             Err(_) => Value::String(text.to_string()),
         },
         "time" => typed(Value::String(text.to_string()), "TIME"),
+        "bytea" => typed(Value::String(text.to_string()), "BLOB"),
         _ => plain(info, text),
     }
 }
 
-/// Numbers and booleans as JSON scalars; everything else (text, enums, bytea as `\x…` hex) as
-/// text.
+/// Numbers and booleans as JSON scalars; everything else (text, enums) as text.
 fn plain(info: &TypeInfo, text: &str) -> Value {
     match info.name.as_str() {
         "bool" => Value::Bool(text == "t" || text == "true"),

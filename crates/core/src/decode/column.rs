@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder, Int64Builder, StringBuilder,
-    Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
+    ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder, Int64Builder,
+    StringBuilder, Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
 };
 
 use crate::schema::{ColumnType, Fit};
@@ -19,6 +19,7 @@ pub(crate) enum ColumnBuilder {
     Days(Date32Builder),
     Decimal(Decimal128Builder),
     Time(Time64MicrosecondBuilder),
+    Bytes(BinaryBuilder),
 }
 
 impl ColumnBuilder {
@@ -30,6 +31,7 @@ impl ColumnBuilder {
             ColumnType::Varchar | ColumnType::Json | ColumnType::Uuid => Self::Text(StringBuilder::new()),
             ColumnType::Timestamp => Self::Micros(TimestampMicrosecondBuilder::new()),
             ColumnType::Time => Self::Time(Time64MicrosecondBuilder::new()),
+            ColumnType::Blob => Self::Bytes(BinaryBuilder::new()),
             ColumnType::Timestamptz => Self::Micros(TimestampMicrosecondBuilder::new().with_timezone("UTC")),
             ColumnType::Date => Self::Days(Date32Builder::new()),
             ColumnType::Decimal(scale) => Self::Decimal(
@@ -51,6 +53,7 @@ impl ColumnBuilder {
             Self::Days(b) => b.len(),
             Self::Decimal(b) => b.len(),
             Self::Time(b) => b.len(),
+            Self::Bytes(b) => b.len(),
         }
     }
 
@@ -69,6 +72,11 @@ impl ColumnBuilder {
             Self::Days(b) => b.append_nulls(missing),
             Self::Decimal(b) => b.append_nulls(missing),
             Self::Time(b) => b.append_nulls(missing),
+            Self::Bytes(b) => {
+                for _ in 0..missing {
+                    b.append_null();
+                }
+            }
         }
     }
 
@@ -85,6 +93,7 @@ impl ColumnBuilder {
             (Self::Days(b), Fit::Days(v)) => b.append_value(v),
             (Self::Decimal(b), Fit::Decimal(v)) => b.append_value(v),
             (Self::Time(b), Fit::Micros(v)) => b.append_value(v),
+            (Self::Bytes(b), Fit::Bytes(v)) => b.append_value(v),
             (Self::Bool(b), _) => b.append_null(),
             (Self::Int(b), _) => b.append_null(),
             (Self::Float(b), _) => b.append_null(),
@@ -93,6 +102,7 @@ impl ColumnBuilder {
             (Self::Days(b), _) => b.append_null(),
             (Self::Decimal(b), _) => b.append_null(),
             (Self::Time(b), _) => b.append_null(),
+            (Self::Bytes(b), _) => b.append_null(),
         }
     }
 
@@ -118,6 +128,7 @@ impl ColumnBuilder {
             Self::Days(b) => Arc::new(b.finish()),
             Self::Decimal(b) => Arc::new(b.finish()),
             Self::Time(b) => Arc::new(b.finish()),
+            Self::Bytes(b) => Arc::new(b.finish()),
         }
     }
 }

@@ -77,6 +77,8 @@ pub enum Fit<'a> {
     Days(i32),
     /// Store this unscaled decimal.
     Decimal(i128),
+    /// Store these bytes.
+    Bytes(Vec<u8>),
     /// A BIGINT column must become DOUBLE to hold this float.
     Widen(f64),
     /// Does not fit: NULL plus a ledger row with this reason.
@@ -125,6 +127,11 @@ pub fn fit(ty: ColumnType, value: &Value) -> Fit<'_> {
         },
         (ColumnType::Uuid, Value::String(s)) if is_uuid(s) => Fit::Text(Cow::Borrowed(s)),
         (ColumnType::Uuid, _) => Fit::Misfit("not a UUID"),
+        (ColumnType::Blob, Value::String(s)) => match s.strip_prefix("\\x").and_then(hex_bytes) {
+            Some(bytes) => Fit::Bytes(bytes),
+            None => Fit::Misfit("not \\x-prefixed hex bytes"),
+        },
+        (ColumnType::Blob, _) => Fit::Misfit("not a string"),
         (ColumnType::Timestamp | ColumnType::Time, _) => Fit::Misfit("not a string"),
         (ColumnType::Boolean, _) => Fit::Misfit("not a boolean"),
         (ColumnType::Bigint | ColumnType::Double, _) => Fit::Misfit("not a number"),
@@ -174,6 +181,14 @@ pub fn parse_decimal(text: &str, scale: u8) -> Option<i128> {
 fn parse_naive(s: &str) -> Option<i64> {
     let t = chrono::NaiveDateTime::parse_from_str(s.trim_end_matches('Z'), "%Y-%m-%dT%H:%M:%S%.f").ok()?;
     Some(t.and_utc().timestamp_micros())
+}
+
+/// Pairs of hex digits as bytes.
+fn hex_bytes(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
 /// 8-4-4-4-12 hex digits.

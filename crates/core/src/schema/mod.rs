@@ -35,6 +35,8 @@ pub enum ColumnType {
     Time,
     /// UUID (Debezium's `Uuid`).
     Uuid,
+    /// Bytes (Postgres `bytea`, sent as `\x` hex).
+    Blob,
 }
 
 impl ColumnType {
@@ -51,6 +53,7 @@ impl ColumnType {
             Self::Timestamp => "TIMESTAMP",
             Self::Time => "TIME",
             Self::Uuid => "UUID",
+            Self::Blob => "BLOB",
             Self::Decimal(scale) => return std::borrow::Cow::Owned(format!("DECIMAL(38,{scale})")),
         })
     }
@@ -69,6 +72,7 @@ impl ColumnType {
             "TIMESTAMP" => Self::Timestamp,
             "TIME" => Self::Time,
             "UUID" => Self::Uuid,
+            "BLOB" => Self::Blob,
             other => {
                 let scale = other.strip_prefix("DECIMAL(38,")?.strip_suffix(')')?;
                 Self::Decimal(scale.trim().parse().ok()?)
@@ -86,6 +90,7 @@ impl ColumnType {
             Self::Varchar | Self::Json | Self::Uuid => DataType::Utf8,
             Self::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
             Self::Time => DataType::Time64(TimeUnit::Microsecond),
+            Self::Blob => DataType::Binary,
             Self::Timestamptz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             Self::Date => DataType::Date32,
             Self::Decimal(scale) => DataType::Decimal128(38, scale as i8),
