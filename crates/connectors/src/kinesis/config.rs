@@ -156,6 +156,9 @@ impl KinesisConfig {
         if let Some(e) = &self.endpoint {
             loader = loader.endpoint_url(e);
         }
+        // The readers retry with their own backoff and count throttling; SDK retries would
+        // hide it.
+        loader = loader.retry_config(aws_config::retry::RetryConfig::disabled());
         let shared = loader.load().await;
         if shared.region().is_none() {
             return Err(Error::config("source.region", "not set, and no default region (AWS_REGION, profile) found"));
