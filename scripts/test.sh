@@ -22,4 +22,6 @@ cargo fmt --all --check
 echo "== cargo clippy (warnings denied)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
-cargo test --workspace --locked
+# Three at a time: every server test starts real processes (Sluice, brokers, emulators,
+# PostgreSQL), and two cores running all of them at once turn timing into flakiness.
+cargo test --workspace --locked -- --test-threads=3

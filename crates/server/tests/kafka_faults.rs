@@ -85,7 +85,7 @@ async fn two_members(kill9: bool) {
     wait_rows(&b, "t", grown, Duration::from_secs(120)).await;
     a = Server::start(&dir_a.0).await;
     producing.await.unwrap();
-    wait_until("the union to hold every message", Duration::from_secs(180), || async {
+    wait_until("the union to hold every message", Duration::from_secs(300), || async {
         let union: HashSet<i64> = ids(&a, "t").await.into_iter().chain(ids(&b, "t").await).collect();
         union.len() == TOTAL
     })
