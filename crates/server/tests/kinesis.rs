@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::harness::{DataDir, Server, wait_until};
 use crate::kafka::{rows, wait_rows};
-use crate::kinesis_local::{KinesisLocal, ThrottlingProxy};
+use crate::kinesis_local::{FaultProxy, KinesisLocal};
 
 fn stream_config(name: &str, table: &str, kinesis: &KinesisLocal, stream: &str) -> Value {
     json!({
@@ -265,7 +265,7 @@ async fn start_at_a_timestamp_and_config_errors() {
 async fn throttling_backs_off_is_counted_and_loses_nothing() {
     let kinesis = KinesisLocal::start().await;
     kinesis.create_stream("busy", 2).await;
-    let proxy = ThrottlingProxy::start(&kinesis.endpoint).await;
+    let proxy = FaultProxy::start(&kinesis.endpoint, "ProvisionedThroughputExceededException", 2).await;
     let dir = DataDir::new("kinesis-throttled");
     let server = Server::start(&dir.0).await;
     let mut config = stream_config("b", "busy", &kinesis, "busy");
@@ -278,11 +278,37 @@ async fn throttling_backs_off_is_counted_and_loses_nothing() {
     wait_rows(&server, "busy", 1000, Duration::from_secs(120)).await;
     let ids: HashSet<i64> = server.sql("SELECT id FROM busy").await.iter().map(|r| r["id"].as_i64().unwrap()).collect();
     assert_eq!((ids.len(), rows(&server, "busy").await), (1000, 1000));
-    let injected = proxy.throttled.load(std::sync::atomic::Ordering::Relaxed);
+    let injected = proxy.injected.load(std::sync::atomic::Ordering::Relaxed);
     assert!(injected > 0);
     wait_until("the throttling to be counted", Duration::from_secs(30), || async {
         let (_, m) = server.get("/api/streams/b/metrics").await;
         m["source"]["throttled"].as_f64().is_some_and(|t| t > 0.0)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_expired_iterator_is_renewed_from_the_last_record_read() {
+    let kinesis = KinesisLocal::start().await;
+    kinesis.create_stream("aging", 1).await;
+    let proxy = FaultProxy::start(&kinesis.endpoint, "ExpiredIteratorException", 4).await;
+    let dir = DataDir::new("kinesis-expired");
+    let server = Server::start(&dir.0).await;
+    let mut config = stream_config("e", "aging", &kinesis, "aging");
+    config["source"]["endpoint"] = json!(proxy.endpoint);
+    config["source"]["max_records"] = json!(40);
+    server.create_stream(config).await;
+    let records: Vec<(String, Vec<u8>)> =
+        (0..800).map(|i| (format!("k{i}"), json!({"id": i}).to_string().into_bytes())).collect();
+    kinesis.put("aging", &records).await;
+    wait_rows(&server, "aging", 800, Duration::from_secs(120)).await;
+    let ids: Vec<i64> =
+        server.sql("SELECT id FROM aging ORDER BY _position").await.iter().map(|r| r["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids, (0..800).collect::<Vec<_>>(), "every record once, in order, across renewed iterators");
+    assert!(proxy.injected.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    wait_until("the renewals to be counted", Duration::from_secs(30), || async {
+        let (_, m) = server.get("/api/streams/e/metrics").await;
+        m["source"]["expired_iterators"].as_f64().is_some_and(|n| n > 0.0)
     })
     .await;
 }

@@ -182,16 +182,17 @@ impl Drop for KinesisLocal {
     }
 }
 
-/// A fault injector in front of the emulator (kinesis-local never throttles): it forwards
-/// every call, but answers every other GetRecords with AWS's throttling error.
-pub struct ThrottlingProxy {
+/// A fault injector in front of the emulator (kinesis-local never throttles, and its iterators
+/// expire only after 300 s): it forwards every call, but answers every `every`-th GetRecords
+/// with the AWS error `code`.
+pub struct FaultProxy {
     pub endpoint: String,
-    pub throttled: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    pub injected: std::sync::Arc<std::sync::atomic::AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl ThrottlingProxy {
-    pub async fn start(upstream: &str) -> Self {
+impl FaultProxy {
+    pub async fn start(upstream: &str, code: &'static str, every: u64) -> Self {
         use std::sync::Arc;
         use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -208,15 +209,10 @@ impl ThrottlingProxy {
             let (upstream, http, calls, counter) = (upstream.clone(), http.clone(), calls.clone(), counter.clone());
             async move {
                 let target = headers.get("x-amz-target").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
-                if target.ends_with(".GetRecords") && calls.fetch_add(1, Ordering::Relaxed) % 2 == 1 {
+                if target.ends_with(".GetRecords") && calls.fetch_add(1, Ordering::Relaxed) % every == every - 1 {
                     counter.fetch_add(1, Ordering::Relaxed);
-                    let body =
-                        r#"{"__type":"ProvisionedThroughputExceededException","message":"Rate exceeded for shard"}"#;
-                    return (
-                        StatusCode::BAD_REQUEST,
-                        [("content-type", "application/x-amz-json-1.1")],
-                        body.to_string(),
-                    );
+                    let body = format!(r#"{{"__type":"{code}","message":"injected by the test"}}"#);
+                    return (StatusCode::BAD_REQUEST, [("content-type", "application/x-amz-json-1.1")], body);
                 }
                 let mut request = http.request(method, format!("{upstream}{uri}")).body(body);
                 for (name, value) in &headers {
@@ -232,11 +228,11 @@ impl ThrottlingProxy {
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Self { endpoint, throttled, task }
+        Self { endpoint, injected: throttled, task }
     }
 }
 
-impl Drop for ThrottlingProxy {
+impl Drop for FaultProxy {
     fn drop(&mut self) {
         self.task.abort();
     }
