@@ -160,3 +160,40 @@ fn columns_are_capped() {
     assert_eq!(out.rejects.len(), 5);
     assert!(out.rejects[0].reason.contains("maximum"));
 }
+
+#[test]
+fn hostile_debezium_values_go_to_the_ledger_without_panicking() {
+    use sluice_core::{ChangeConfig, Format, Mode};
+    let changes =
+        ChangeConfig { mode: Mode::Mirror, keys: vec!["id".into()], history: false, format: Format::Debezium };
+    let d = Decoder::new("t".into(), MetadataConfig::default(), HashMap::new()).with_changes(changes);
+    let field = |name: &str, ty: &str, logical: &str, params: Value| json!({"field": name, "type": ty, "name": logical, "parameters": params});
+    let schema = json!({"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": [
+        field("day", "int32", "io.debezium.time.Date", Value::Null),
+        field("at", "int64", "io.debezium.time.Timestamp", Value::Null),
+        field("t", "int64", "io.debezium.time.Time", Value::Null),
+        field("price", "bytes", "org.apache.kafka.connect.data.Decimal", json!({"scale": "2"})),
+        field("wide", "struct", "io.debezium.data.VariableScaleDecimal", Value::Null),
+    ]}]});
+    let events = [
+        json!({"day": i64::MAX}),
+        json!({"day": 2_147_483_000}),
+        json!({"at": i64::MAX}),
+        json!({"t": i64::MIN}),
+        json!({"price": "!!not base64!!"}),
+        json!({"price": "AAAAAAAAAAAAAAAAAAAAAAAA"}),
+        json!({"wide": {"scale": 4_000_000_000u64, "value": "AQ=="}}),
+    ];
+    let records: Vec<Record> = events
+        .iter()
+        .enumerate()
+        .map(|(i, after)| {
+            let mut after = after.clone();
+            after["id"] = json!(i);
+            rec(json!({"schema": schema, "payload": {"op": "c", "after": after, "source": {"connector": "postgresql", "lsn": i}}}))
+        })
+        .collect();
+    let (out, _) = d.decode(records, 1).unwrap();
+    assert_eq!(out.rejects.len(), events.len(), "{:?}", out.rejects);
+    assert!(out.rejects.iter().all(|r| r.reason.contains("field `")), "{:?}", out.rejects);
+}

@@ -47,17 +47,22 @@ fn convert(logical: &str, value: &Value, parameters: Option<&Value>) -> Result<O
             decimal(value.get("value").and_then(Value::as_str).ok_or("no value")?, scale)?
         }
         "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => {
-            let day =
-                chrono::NaiveDate::from_num_days_from_ce_opt(719_163 + int()? as i32).ok_or("date out of range")?;
+            let day = i32::try_from(int()?)
+                .ok()
+                .and_then(|d| d.checked_add(719_163))
+                .and_then(chrono::NaiveDate::from_num_days_from_ce_opt)
+                .ok_or("date out of range")?;
             Value::String(day.format("%Y-%m-%d").to_string())
         }
         "io.debezium.time.Timestamp" | "org.apache.kafka.connect.data.Timestamp" => {
-            typed(naive(int()? * 1000)?, "TIMESTAMP")
+            typed(naive(int()?.checked_mul(1000).ok_or("time out of range")?)?, "TIMESTAMP")
         }
         "io.debezium.time.MicroTimestamp" => typed(naive(int()?)?, "TIMESTAMP"),
         "io.debezium.time.NanoTimestamp" => typed(naive(int()? / 1000)?, "TIMESTAMP"),
         "io.debezium.time.ZonedTimestamp" => typed(value.clone(), "TIMESTAMPTZ"),
-        "io.debezium.time.Time" | "org.apache.kafka.connect.data.Time" => typed(time_of_day(int()? * 1000)?, "TIME"),
+        "io.debezium.time.Time" | "org.apache.kafka.connect.data.Time" => {
+            typed(time_of_day(int()?.checked_mul(1000).ok_or("time out of range")?)?, "TIME")
+        }
         "io.debezium.time.MicroTime" => typed(time_of_day(int()?)?, "TIME"),
         "io.debezium.time.NanoTime" => typed(time_of_day(int()? / 1000)?, "TIME"),
         "io.debezium.data.Uuid" => typed(value.clone(), "UUID"),
@@ -81,6 +86,9 @@ fn typed(value: Value, ty: &str) -> Value {
 fn decimal(b64: &str, scale: u32) -> Result<Value, String> {
     use base64::Engine;
     let bytes = base64::engine::general_purpose::STANDARD.decode(b64).map_err(|_| "bad base64")?;
+    if scale > 38 {
+        return Err("a scale above 38 does not fit DECIMAL(38)".into());
+    }
     if bytes.is_empty() || bytes.len() > 16 {
         return Err("unscaled value must be 1 to 16 bytes".into());
     }
