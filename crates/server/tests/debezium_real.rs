@@ -20,24 +20,8 @@ impl Drop for Feeder {
     }
 }
 
-fn pg_rows(pg: &Postgres) -> Vec<String> {
-    let out = pg.sql("SELECT id, name, balance FROM customers ORDER BY id");
-    out.lines().map(str::to_string).collect()
-}
-
-async fn sluice_rows(server: &Server) -> Vec<String> {
-    let (status, body) =
-        server.sql_raw("SELECT id, name, balance::VARCHAR AS balance FROM public_customers ORDER BY id").await;
-    if status != 200 {
-        return Vec::new();
-    }
-    body["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| format!("{}|{}|{}", r["id"], r["name"].as_str().unwrap_or(""), r["balance"].as_str().unwrap_or("")))
-        .collect()
-}
+const ROWS: &str = "SELECT id, name, balance FROM customers ORDER BY id";
+const MIRRORED: &str = "SELECT id, name, balance::VARCHAR AS balance FROM public_customers ORDER BY id";
 
 #[tokio::test]
 async fn debezium_itself_reading_postgres_feeds_a_mirrored_table() {
@@ -85,7 +69,7 @@ async fn debezium_itself_reading_postgres_feeds_a_mirrored_table() {
         rows(&server, "public_customers").await == 3
     })
     .await;
-    assert_eq!(sluice_rows(&server).await, pg_rows(&pg), "{}", log_tail());
+    assert_eq!(server.lines(MIRRORED).await, pg.lines(ROWS), "{}", log_tail());
     // Streaming: an update, a delete, an insert, and a primary-key change.
     pg.sql(
         "UPDATE customers SET balance = balance + 1.25, name = 'Anne M.' WHERE id = 1;
@@ -93,8 +77,8 @@ async fn debezium_itself_reading_postgres_feeds_a_mirrored_table() {
          INSERT INTO customers VALUES (4, 'Dan', 99.99, '2024-04-05', now(), '{}', gen_random_uuid());
          UPDATE customers SET id = 30 WHERE id = 3;",
     );
-    let want = pg_rows(&pg);
-    wait_until("Sluice to match Postgres", Duration::from_secs(120), || async { sluice_rows(&server).await == want })
+    let want = pg.lines(ROWS);
+    wait_until("Sluice to match Postgres", Duration::from_secs(120), || async { server.lines(MIRRORED).await == want })
         .await;
 
     let types = server

@@ -130,6 +130,28 @@ impl Server {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// Rows of a query as `|`-joined values (empty while it fails), to compare with
+    /// [`crate::postgres::Postgres::lines`].
+    pub async fn lines(&self, sql: &str) -> Vec<String> {
+        let (status, body) = self.sql_raw(sql).await;
+        if status != 200 {
+            return Vec::new();
+        }
+        body["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                r.as_object()
+                    .unwrap()
+                    .values()
+                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                    .collect::<Vec<_>>()
+                    .join("|")
+            })
+            .collect()
+    }
+
     pub async fn count(&self, table: &str) -> i64 {
         let rows = self.sql(&format!("SELECT count(*) AS n FROM \"{table}\"")).await;
         rows[0]["n"].as_i64().unwrap()

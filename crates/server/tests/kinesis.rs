@@ -21,6 +21,35 @@ fn stream_config(name: &str, table: &str, kinesis: &KinesisLocal, stream: &str) 
     })
 }
 
+/// Records `{"id": i}` with partition key `k<i>`.
+fn id_records(ids: std::ops::Range<i64>) -> Vec<(String, Vec<u8>)> {
+    ids.map(|i| (format!("k{i}"), json!({"id": i}).to_string().into_bytes())).collect()
+}
+
+/// A stream read through a [`FaultProxy`] answering every `every`-th GetRecords with `code`,
+/// once `n` records put through the emulator are all in `table`.
+async fn through_faults(
+    table: &str,
+    shards: i32,
+    code: &'static str,
+    every: u64,
+    max_records: i64,
+    n: i64,
+) -> (KinesisLocal, FaultProxy, DataDir, Server) {
+    let kinesis = KinesisLocal::start().await;
+    kinesis.create_stream(table, shards).await;
+    let proxy = FaultProxy::start(&kinesis.endpoint, code, every).await;
+    let dir = DataDir::new(&format!("kinesis-{table}"));
+    let server = Server::start(&dir.0).await;
+    let mut config = stream_config("f", table, &kinesis, table);
+    config["source"]["endpoint"] = json!(proxy.endpoint);
+    config["source"]["max_records"] = json!(max_records);
+    server.create_stream(config).await;
+    kinesis.put(table, &id_records(0..n)).await;
+    wait_rows(&server, table, n, Duration::from_secs(120)).await;
+    (kinesis, proxy, dir, server)
+}
+
 /// One round: one record per key, so a retried PutRecords entry cannot reorder a key.
 fn round(n: usize, keys: usize) -> Vec<(String, Vec<u8>)> {
     (0..keys).map(|k| (format!("key-{k}"), json!({"key": k, "n": n}).to_string().into_bytes())).collect()
@@ -207,15 +236,13 @@ async fn malformed_records_go_to_the_ledger_and_kpl_aggregates_are_split() {
 async fn start_at_a_timestamp_and_config_errors() {
     let kinesis = KinesisLocal::start().await;
     kinesis.create_stream("timed", 2).await;
-    let before: Vec<(String, Vec<u8>)> =
-        (0..10).map(|i| (format!("k{i}"), json!({"id": i}).to_string().into_bytes())).collect();
+    let before = id_records(0..10);
     kinesis.put("timed", &before).await;
     // Arrival times have millisecond precision; step clear of the first batch's.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let at = chrono::Utc::now();
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let after: Vec<(String, Vec<u8>)> =
-        (10..20).map(|i| (format!("k{i}"), json!({"id": i}).to_string().into_bytes())).collect();
+    let after = id_records(10..20);
     kinesis.put("timed", &after).await;
 
     let dir = DataDir::new("kinesis-timed");
@@ -263,25 +290,13 @@ async fn start_at_a_timestamp_and_config_errors() {
 
 #[tokio::test]
 async fn throttling_backs_off_is_counted_and_loses_nothing() {
-    let kinesis = KinesisLocal::start().await;
-    kinesis.create_stream("busy", 2).await;
-    let proxy = FaultProxy::start(&kinesis.endpoint, "ProvisionedThroughputExceededException", 2).await;
-    let dir = DataDir::new("kinesis-throttled");
-    let server = Server::start(&dir.0).await;
-    let mut config = stream_config("b", "busy", &kinesis, "busy");
-    config["source"]["endpoint"] = json!(proxy.endpoint);
-    config["source"]["max_records"] = json!(50);
-    server.create_stream(config).await;
-    let records: Vec<(String, Vec<u8>)> =
-        (0..1000).map(|i| (format!("k{i}"), json!({"id": i}).to_string().into_bytes())).collect();
-    kinesis.put("busy", &records).await;
-    wait_rows(&server, "busy", 1000, Duration::from_secs(120)).await;
+    let (_kinesis, proxy, _dir, server) =
+        through_faults("busy", 2, "ProvisionedThroughputExceededException", 2, 50, 1000).await;
     let ids: HashSet<i64> = server.sql("SELECT id FROM busy").await.iter().map(|r| r["id"].as_i64().unwrap()).collect();
     assert_eq!((ids.len(), rows(&server, "busy").await), (1000, 1000));
-    let injected = proxy.injected.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(injected > 0);
+    assert!(proxy.injected.load(std::sync::atomic::Ordering::Relaxed) > 0);
     wait_until("the throttling to be counted", Duration::from_secs(30), || async {
-        let (_, m) = server.get("/api/streams/b/metrics").await;
+        let (_, m) = server.get("/api/streams/f/metrics").await;
         m["source"]["throttled"].as_f64().is_some_and(|t| t > 0.0)
     })
     .await;
@@ -289,25 +304,13 @@ async fn throttling_backs_off_is_counted_and_loses_nothing() {
 
 #[tokio::test]
 async fn an_expired_iterator_is_renewed_from_the_last_record_read() {
-    let kinesis = KinesisLocal::start().await;
-    kinesis.create_stream("aging", 1).await;
-    let proxy = FaultProxy::start(&kinesis.endpoint, "ExpiredIteratorException", 4).await;
-    let dir = DataDir::new("kinesis-expired");
-    let server = Server::start(&dir.0).await;
-    let mut config = stream_config("e", "aging", &kinesis, "aging");
-    config["source"]["endpoint"] = json!(proxy.endpoint);
-    config["source"]["max_records"] = json!(40);
-    server.create_stream(config).await;
-    let records: Vec<(String, Vec<u8>)> =
-        (0..800).map(|i| (format!("k{i}"), json!({"id": i}).to_string().into_bytes())).collect();
-    kinesis.put("aging", &records).await;
-    wait_rows(&server, "aging", 800, Duration::from_secs(120)).await;
+    let (_kinesis, proxy, _dir, server) = through_faults("aging", 1, "ExpiredIteratorException", 4, 40, 800).await;
     let ids: Vec<i64> =
         server.sql("SELECT id FROM aging ORDER BY _position").await.iter().map(|r| r["id"].as_i64().unwrap()).collect();
     assert_eq!(ids, (0..800).collect::<Vec<_>>(), "every record once, in order, across renewed iterators");
     assert!(proxy.injected.load(std::sync::atomic::Ordering::Relaxed) > 0);
     wait_until("the renewals to be counted", Duration::from_secs(30), || async {
-        let (_, m) = server.get("/api/streams/e/metrics").await;
+        let (_, m) = server.get("/api/streams/f/metrics").await;
         m["source"]["expired_iterators"].as_f64().is_some_and(|n| n > 0.0)
     })
     .await;

@@ -89,6 +89,13 @@ impl Postgres {
     }
 }
 
+impl Postgres {
+    /// Rows of `sql` as `etl`, one `|`-separated line each.
+    pub fn lines(&self, sql: &str) -> Vec<String> {
+        self.sql(sql).lines().map(str::to_string).collect()
+    }
+}
+
 impl Drop for Postgres {
     fn drop(&mut self) {
         let _ = Command::new("runuser")

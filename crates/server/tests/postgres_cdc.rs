@@ -14,31 +14,6 @@ fn source(pg: &Postgres, tables: &[&str]) -> Value {
            "password": "etl", "tables": tables})
 }
 
-/// `id|name` lines of a Postgres query, and the same from Sluice, for comparison.
-async fn sluice_lines(server: &Server, sql: &str) -> Vec<String> {
-    let (status, body) = server.sql_raw(sql).await;
-    if status != 200 {
-        return Vec::new();
-    }
-    body["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            r.as_object()
-                .unwrap()
-                .values()
-                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
-                .collect::<Vec<_>>()
-                .join("|")
-        })
-        .collect()
-}
-
-fn pg_lines(pg: &Postgres, sql: &str) -> Vec<String> {
-    pg.sql(sql).lines().map(str::to_string).collect()
-}
-
 #[tokio::test]
 async fn test_connection_names_each_failure() {
     let pg = Postgres::start();
@@ -162,12 +137,10 @@ async fn snapshot_then_streaming_with_types_toast_ddl_and_removal() {
          INSERT INTO items (id, price, qty, color) VALUES (4, 2, 2, 'red');",
     );
     wait_until("the changes", Duration::from_secs(60), || async {
-        sluice_lines(
-            &server,
-            "SELECT id::VARCHAR AS id, qty::VARCHAR AS q, coalesce(color, '') AS c FROM items ORDER BY id",
-        )
-        .await
-            == pg_lines(&pg, "SELECT id, qty, coalesce(color, '') FROM items ORDER BY id")
+        server
+            .lines("SELECT id::VARCHAR AS id, qty::VARCHAR AS q, coalesce(color, '') AS c FROM items ORDER BY id")
+            .await
+            == pg.lines("SELECT id, qty, coalesce(color, '') FROM items ORDER BY id")
     })
     .await;
     assert_eq!(
@@ -241,8 +214,7 @@ async fn kill_9_during_snapshot_and_streaming_loses_nothing_and_duplicates_nothi
     wait_rows(&server, "big__changes", 30000 + 30000, Duration::from_secs(120)).await;
     let want = pg.sql("SELECT count(*), sum(v) FROM big");
     wait_until("the table to match", Duration::from_secs(60), || async {
-        sluice_lines(&server, "SELECT count(*)::VARCHAR AS n, sum(v)::VARCHAR AS s FROM big").await.join("")
-            == want.trim()
+        server.lines("SELECT count(*)::VARCHAR AS n, sum(v)::VARCHAR AS s FROM big").await.join("") == want.trim()
     })
     .await;
     let history = server.sql("SELECT count(*) AS n, count(DISTINCT (id, v)) AS d FROM big__changes").await;
