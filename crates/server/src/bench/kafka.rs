@@ -11,7 +11,7 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::json;
 
-use super::{ServerProcess, events};
+use super::events;
 
 /// Kafka bench options.
 #[derive(Args, Debug)]
@@ -67,20 +67,8 @@ pub async fn run(args: KafkaBenchArgs) -> Result<(), String> {
     let raw_secs = raw_read(&args.brokers, &topic, args.partitions, args.events)?;
 
     eprintln!("sluice");
-    let dir = std::env::temp_dir().join(format!("sluice-bench-kafka-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let server = ServerProcess::start(&dir).await?;
-    let http = reqwest::Client::new();
-    let stream = json!({
-        "name": "bench", "table": "bench",
-        "source": {"type": "kafka", "brokers": [args.brokers], "topics": [topic]},
-    });
-    let t = Instant::now();
-    server.create(&http, stream).await?;
-    let sluice_secs = server.wait_rows(&http, "bench", args.events, t).await?;
-    let rss = server.peak_rss_kib();
-    server.stop();
-    let _ = std::fs::remove_dir_all(&dir);
+    let source = json!({"type": "kafka", "brokers": [args.brokers], "topics": [topic]});
+    let (sluice_secs, rss) = super::time_stream("kafka", source, args.events).await?;
 
     let mb = bytes as f64 / 1e6;
     println!("events: {} ({mb:.1} MB of values), topic with {} partitions", args.events, args.partitions);

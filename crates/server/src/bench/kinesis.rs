@@ -13,7 +13,7 @@ use serde_json::json;
 
 use sluice_connectors::kinesis::{aggregate, deaggregate};
 
-use super::{ServerProcess, events};
+use super::events;
 
 /// Kinesis bench options.
 #[derive(Args, Debug)]
@@ -80,21 +80,9 @@ pub async fn run(args: KinesisBenchArgs) -> Result<(), String> {
     let raw_secs = raw_read(&kinesis, &stream, args.events).await?;
 
     eprintln!("sluice");
-    let dir = std::env::temp_dir().join(format!("sluice-bench-kinesis-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let server = ServerProcess::start(&dir).await?;
-    let http = reqwest::Client::new();
-    let config = json!({
-        "name": "bench", "table": "bench",
-        "source": {"type": "kinesis", "stream": stream, "region": "us-east-1", "endpoint": args.endpoint,
-                   "credentials": {"access_key_id": "bench", "secret_access_key": "bench"}},
-    });
-    let t = Instant::now();
-    server.create(&http, config).await?;
-    let sluice_secs = server.wait_rows(&http, "bench", args.events, t).await?;
-    let rss = server.peak_rss_kib();
-    server.stop();
-    let _ = std::fs::remove_dir_all(&dir);
+    let source = json!({"type": "kinesis", "stream": stream, "region": "us-east-1", "endpoint": args.endpoint,
+                        "credentials": {"access_key_id": "bench", "secret_access_key": "bench"}});
+    let (sluice_secs, rss) = super::time_stream("kinesis", source, args.events).await?;
 
     let mb = bytes as f64 / 1e6;
     let rate = |secs: f64| (args.events as f64 / secs, mb / secs);

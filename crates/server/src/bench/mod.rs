@@ -169,6 +169,22 @@ async fn latency_run(
     Ok(out)
 }
 
+/// In a throwaway server, a stream `bench` reading `source` into table `bench`: seconds from
+/// its creation until `events` rows are queryable, and the server's peak RSS (KiB).
+async fn time_stream(label: &str, source: Value, events: usize) -> Result<(f64, u64), String> {
+    let dir = std::env::temp_dir().join(format!("sluice-bench-{label}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let server = ServerProcess::start(&dir).await?;
+    let http = reqwest::Client::new();
+    let t = Instant::now();
+    server.create(&http, json!({"name": "bench", "table": "bench", "source": source})).await?;
+    let secs = server.wait_rows(&http, "bench", events, t).await;
+    let rss = server.peak_rss_kib();
+    server.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok((secs?, rss))
+}
+
 /// A `sluice serve` child process.
 struct ServerProcess {
     child: Child,
