@@ -1,10 +1,17 @@
 //! Every Source and Sink, one folder per technology, registered by one serde enum and one match.
 
+pub mod files;
+pub mod http_api;
 pub mod http_push;
 pub mod kafka;
 pub mod kinesis;
+pub mod mysql;
 pub mod postgres;
+mod sql_table;
+pub mod sqlite;
 mod stream;
+mod sync;
 pub mod workspace;
 
 pub use stream::{SourceConfig, SourceContext, SourceHandle, StreamConfig, build_source, release_source, test_source};
+pub use sync::{DestinationConfig, Schedule, SyncConfig, build_destination};

@@ -12,6 +12,7 @@ pub mod schema;
 pub mod secret;
 pub mod sink;
 pub mod source;
+pub mod sync;
 
 pub use batch::{
     ChangeOp, Checkpoint, Chunk, MirrorWrite, Payload, Position, Record, RecordMeta, Reject, TableWrite, Totals,
@@ -25,3 +26,4 @@ pub use schema::{ColumnType, TableSchema};
 pub use secret::Secret;
 pub use sink::{Sink, StateStore};
 pub use source::Source;
+pub use sync::{Delivery, Destination, SyncMode};

@@ -1,9 +1,9 @@
-//! The YAML file given with `--config`: the same stream types as the API.
+//! The YAML file given with `--config`: the same stream and sync types as the API.
 
 use std::path::Path;
 
 use serde::Deserialize;
-use sluice_connectors::StreamConfig;
+use sluice_connectors::{StreamConfig, SyncConfig};
 
 /// A config file.
 #[derive(Debug, Deserialize)]
@@ -12,6 +12,9 @@ pub struct FileConfig {
     /// Declared streams, created or updated at start.
     #[serde(default)]
     pub streams: Vec<StreamConfig>,
+    /// Declared reverse ETL syncs, created or updated at start.
+    #[serde(default)]
+    pub syncs: Vec<SyncConfig>,
 }
 
 impl FileConfig {
@@ -24,6 +27,13 @@ impl FileConfig {
             stream.validate().map_err(|e| format!("{}: streams[{i}].{e}", path.display()))?;
             if !names.insert(stream.name.clone()) {
                 return Err(format!("{}: streams[{i}].name: '{}' is declared twice", path.display(), stream.name));
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, sync) in config.syncs.iter().enumerate() {
+            sync.validate().map_err(|e| format!("{}: syncs[{i}].{e}", path.display()))?;
+            if !names.insert(sync.name.clone()) {
+                return Err(format!("{}: syncs[{i}].name: '{}' is declared twice", path.display(), sync.name));
             }
         }
         Ok(config)

@@ -7,6 +7,8 @@ mod keys;
 mod query_cli;
 mod serve;
 mod supervisor;
+mod sync_cli;
+mod syncs;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -66,6 +68,14 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         limit: usize,
     },
+    /// Reverse ETL syncs on the running server: list, run, preview, runs.
+    Sync {
+        #[command(subcommand)]
+        command: sync_cli::SyncCommand,
+        /// The running server to ask.
+        #[arg(long, global = true, default_value = DEFAULT_LISTEN)]
+        server: SocketAddr,
+    },
     /// Measure push throughput and latency against DuckDB's own JSON load.
     Bench(bench::BenchArgs),
     /// Measure a Kafka topic → table stream against a raw consumer of the same topic.
@@ -98,6 +108,7 @@ fn main() -> std::process::ExitCode {
             Command::Sql { sql, server, data_dir, json, limit } => {
                 query_cli::run(&sql, server, &data_dir, json, limit).await
             }
+            Command::Sync { command, server } => sync_cli::run(command, server).await,
             Command::Bench(args) => bench::run(args).await,
             Command::BenchKafka(args) => bench::kafka::run(args).await,
             Command::BenchKinesis(args) => bench::kinesis::run(args).await,

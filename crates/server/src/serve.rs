@@ -9,6 +9,7 @@ use crate::api::{self, AppState};
 use crate::config::FileConfig;
 use crate::keys;
 use crate::supervisor::Supervisor;
+use crate::syncs::Syncs;
 
 /// Run until SIGINT or SIGTERM.
 pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>) -> Result<(), String> {
@@ -20,7 +21,13 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>)
     let workspace = Workspace::open(&data_dir).map_err(|e| e.to_string())?;
     let supervisor = Supervisor::new(workspace.clone());
     supervisor.start_stored().await.map_err(|e| e.to_string())?;
-    if let Some(declared) = declared {
+    let syncs = Syncs::new(workspace.clone());
+    syncs.load_stored().await.map_err(|e| e.to_string())?;
+    if let Some(mut declared) = declared {
+        for sync in std::mem::take(&mut declared.syncs) {
+            let name = sync.name.clone();
+            syncs.save(sync).await.map_err(|e| format!("syncs.{name}: {e}"))?;
+        }
         apply_declared(&supervisor, declared).await?;
     }
     let listener =
@@ -30,11 +37,12 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>)
     println!("  workspace: {}", workspace.path().display());
     println!("  API:       http://{local}");
     tracing::info!(workspace = %workspace.path().display(), api = %local, "Sluice started.");
-    let app = api::router(AppState { supervisor: supervisor.clone() });
+    let app = api::router(AppState { supervisor: supervisor.clone(), syncs: syncs.clone() });
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(|e| format!("server error: {e}"))?;
+    syncs.stop_all().await;
     supervisor.stop_all().await;
     tracing::info!("Sluice stopped.");
     Ok(())

@@ -121,25 +121,37 @@ impl PostgresConfig {
 
     /// A SQL session.
     pub(crate) async fn connect(&self) -> Result<tokio_postgres::Client> {
-        let mut config = tokio_postgres::Config::new();
-        config
-            .host(&self.host)
-            .port(self.port)
-            .dbname(&self.database)
-            .user(&self.user)
-            .password(self.password())
-            .application_name("sluice")
-            .connect_timeout(std::time::Duration::from_secs(10));
-        let (client, connection) = config.connect(tokio_postgres::NoTls).await.map_err(|e| {
-            Error::new(ErrorKind::Connect, format!("cannot connect to {}:{}: {}", self.host, self.port, cause(&e)))
-        })?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "Postgres connection ended.");
-            }
-        });
-        Ok(client)
+        connect(&self.host, self.port, &self.database, &self.user, &self.password()).await
     }
+}
+
+/// A SQL session (no TLS yet; see the README).
+pub(crate) async fn connect(
+    host: &str,
+    port: u16,
+    database: &str,
+    user: &str,
+    password: &str,
+) -> Result<tokio_postgres::Client> {
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host(host)
+        .port(port)
+        .dbname(database)
+        .user(user)
+        .password(password)
+        .application_name("sluice")
+        .connect_timeout(std::time::Duration::from_secs(10));
+    let (client, connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(|e| Error::new(ErrorKind::Connect, format!("cannot connect to {host}:{port}: {}", cause(&e))))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "Postgres connection ended.");
+        }
+    });
+    Ok(client)
 }
 
 /// The server's own message for an error, when it sent one.

@@ -7,8 +7,10 @@ mod config;
 mod pgoutput;
 mod snapshot;
 mod stream;
+mod target;
 mod values;
 
 pub use cdc::{PostgresSource, release};
 pub use checks::{Check, test_connection};
 pub use config::{PostgresConfig, SslMode};
+pub use target::{PostgresTableConfig, PostgresTarget};

@@ -6,6 +6,8 @@ mod query;
 mod secrets;
 mod sink;
 mod state;
+mod sync_plan;
+mod sync_state;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -15,6 +17,8 @@ use sluice_core::{Error, ErrorKind, Result};
 
 pub use query::{QueryResult, check_read_only, query_connection};
 pub use state::StoredStream;
+pub use sync_plan::Plan;
+pub use sync_state::RunRecord;
 
 /// WAL size at which DuckDB checkpoints (see `Workspace::open`).
 pub const WAL_CHECKPOINT: &str = "64MB";
@@ -55,6 +59,7 @@ impl Workspace {
         let path = dir.join("workspace.duckdb");
         let conn = Connection::open(&path).map_err(|e| open_error(&path, e))?;
         conn.execute_batch(BOOTSTRAP).map_err(db_error)?;
+        sync_state::bootstrap(&conn)?;
         // DuckDB checkpoints the WAL into the database file when it reaches this size, and a
         // checkpoint holds up commits for as long as it runs. Measured with `sluice bench`:
         // 16 MB checkpoints so often that pushes queue (p99 760 ms at 50k events/s); 256 MB

@@ -1,12 +1,20 @@
-//! Stream secrets (passwords) in `secrets.json` beside the workspace, readable by its owner
-//! only. They are kept out of the database so that no SQL, read-only or not, can see them.
+//! Secrets (passwords, HTTP headers) in `secrets.json` beside the workspace, readable by its
+//! owner only, each value encrypted with ChaCha20-Poly1305. The key comes from
+//! `SLUICE_SECRET_KEY` (64 hex digits) or else from `secret.key` beside the file, created on first
+//! use with mode 0600; keep that key elsewhere and `secrets.json` alone reveals nothing. They are
+//! kept out of the database so that no SQL, read-only or not, can see them.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng};
+use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use sluice_core::{Error, ErrorKind, Result};
+
+/// Encrypted values start with this; older plain values are still read.
+const SEALED: &str = "enc1:";
 
 /// Secrets by stream, then by field path.
 pub(crate) type Secrets = BTreeMap<String, BTreeMap<String, String>>;
@@ -14,19 +22,32 @@ pub(crate) type Secrets = BTreeMap<String, BTreeMap<String, String>>;
 /// The secrets file, with a lock for read-modify-write.
 pub(crate) struct SecretFile {
     path: PathBuf,
+    key_path: PathBuf,
     lock: Mutex<()>,
 }
 
 impl SecretFile {
     pub(crate) fn new(dir: &Path) -> Self {
-        Self { path: dir.join("secrets.json"), lock: Mutex::new(()) }
+        Self { path: dir.join("secrets.json"), key_path: dir.join("secret.key"), lock: Mutex::new(()) }
     }
 
     pub(crate) fn load(&self) -> Result<Secrets> {
         match std::fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                Error::new(ErrorKind::Fatal, format!("{} is unreadable", self.path.display())).with_source(e)
-            }),
+            Ok(bytes) => {
+                let sealed: Secrets = serde_json::from_slice(&bytes).map_err(|e| {
+                    Error::new(ErrorKind::Fatal, format!("{} is unreadable", self.path.display())).with_source(e)
+                })?;
+                let cipher = self.cipher()?;
+                let mut all = Secrets::new();
+                for (owner, fields) in sealed {
+                    let mut open = BTreeMap::new();
+                    for (field, value) in fields {
+                        open.insert(field, unseal(&cipher, &value)?);
+                    }
+                    all.insert(owner, open);
+                }
+                Ok(all)
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Secrets::new()),
             Err(e) => Err(Error::new(ErrorKind::Fatal, format!("cannot read {}", self.path.display())).with_source(e)),
         }
@@ -50,9 +71,83 @@ impl SecretFile {
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         let mut file = options.open(&tmp).map_err(io)?;
-        let bytes = serde_json::to_vec(&all).map_err(|e| Error::new(ErrorKind::Fatal, "secrets").with_source(e))?;
+        let cipher = self.cipher()?;
+        let mut sealed = Secrets::new();
+        for (owner, fields) in all {
+            let fields = fields.into_iter().map(|(f, v)| seal(&cipher, &v).map(|v| (f, v))).collect::<Result<_>>()?;
+            sealed.insert(owner, fields);
+        }
+        let bytes = serde_json::to_vec(&sealed).map_err(|e| Error::new(ErrorKind::Fatal, "secrets").with_source(e))?;
         file.write_all(&bytes).map_err(io)?;
         file.sync_all().map_err(io)?;
         std::fs::rename(&tmp, &self.path).map_err(io)
     }
+}
+
+impl SecretFile {
+    /// The cipher, from `SLUICE_SECRET_KEY` or the key file (created when missing).
+    fn cipher(&self) -> Result<ChaCha20Poly1305> {
+        let bad = |what: &str| Error::new(ErrorKind::Config, format!("{what} must be 64 hex digits (a 32-byte key)"));
+        let hex_key = match std::env::var("SLUICE_SECRET_KEY") {
+            Ok(key) => key,
+            Err(_) => match std::fs::read_to_string(&self.key_path) {
+                Ok(key) => key,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    let key = hex::encode(ChaCha20Poly1305::generate_key(&mut OsRng));
+                    write_private(&self.key_path, key.as_bytes())?;
+                    key
+                }
+                Err(e) => {
+                    return Err(
+                        Error::new(ErrorKind::Fatal, format!("cannot read {}", self.key_path.display())).with_source(e)
+                    );
+                }
+            },
+        };
+        let bytes = hex::decode(hex_key.trim()).map_err(|_| bad("the secret key"))?;
+        if bytes.len() != 32 {
+            return Err(bad("the secret key"));
+        }
+        Ok(ChaCha20Poly1305::new(Key::from_slice(&bytes)))
+    }
+}
+
+fn seal(cipher: &ChaCha20Poly1305, value: &str) -> Result<String> {
+    let nonce = ChaCha20Poly1305::generate_nonce(&mut OsRng);
+    let sealed = cipher
+        .encrypt(&nonce, value.as_bytes())
+        .map_err(|_| Error::new(ErrorKind::Fatal, "cannot encrypt a secret"))?;
+    let mut out = nonce.to_vec();
+    out.extend(sealed);
+    Ok(format!("{SEALED}{}", hex::encode(out)))
+}
+
+fn unseal(cipher: &ChaCha20Poly1305, value: &str) -> Result<String> {
+    let Some(hex_text) = value.strip_prefix(SEALED) else { return Ok(value.to_string()) };
+    let wrong = || {
+        Error::new(
+            ErrorKind::Config,
+            "a stored secret cannot be decrypted: SLUICE_SECRET_KEY or secret.key is not the key it was saved with",
+        )
+    };
+    let bytes = hex::decode(hex_text).map_err(|_| wrong())?;
+    if bytes.len() < 12 {
+        return Err(wrong());
+    }
+    let (nonce, sealed) = bytes.split_at(12);
+    let plain = cipher.decrypt(Nonce::from_slice(nonce), sealed).map_err(|_| wrong())?;
+    String::from_utf8(plain).map_err(|_| wrong())
+}
+
+/// Write a file only its owner can read.
+fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    let io =
+        |e: std::io::Error| Error::new(ErrorKind::Fatal, format!("cannot write {}", path.display())).with_source(e);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path).map_err(io)?;
+    file.write_all(bytes).map_err(io)?;
+    file.sync_all().map_err(io)
 }

@@ -5,10 +5,13 @@ mod metrics;
 mod push;
 mod sql;
 mod streams;
+mod syncs;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
+
+use crate::syncs::Syncs;
 
 use crate::supervisor::Supervisor;
 pub use error::ApiError;
@@ -18,6 +21,8 @@ pub use error::ApiError;
 pub struct AppState {
     /// The streams.
     pub supervisor: Supervisor,
+    /// The reverse ETL syncs.
+    pub syncs: Syncs,
 }
 
 /// The whole API.
@@ -30,6 +35,12 @@ pub fn router(state: AppState) -> Router {
         // The push route enforces each stream's own body limit while reading.
         .route("/api/streams/{id}/push", post(push::push).layer(DefaultBodyLimit::disable()))
         .route("/api/sources/test", post(streams::test))
+        .route("/api/syncs", get(syncs::list).post(syncs::create))
+        .route("/api/syncs/{id}", get(syncs::get).put(syncs::replace).delete(syncs::delete))
+        .route("/api/syncs/{id}/runs", get(syncs::runs).post(syncs::run))
+        .route("/api/syncs/{id}/preview", get(syncs::preview))
+        .route("/api/syncs/{id}/reset", post(syncs::reset))
+        .route("/api/runs/{run_id}", get(syncs::run_status))
         .route("/api/sql", post(sql::query))
         .route("/api/metrics", get(metrics::all))
         .route("/metrics", get(metrics::prometheus))

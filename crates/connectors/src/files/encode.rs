@@ -1,0 +1,89 @@
+//! Batches to file bytes: Parquet (Snappy), CSV with a header, or JSON lines.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, StringArray, new_null_array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use sluice_core::{Error, ErrorKind, Result};
+
+use super::FileFormat;
+
+/// Encode batches (all of `schema`) as one file.
+pub(crate) fn encode(format: FileFormat, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    match format {
+        FileFormat::Parquet => {
+            let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+            let mut writer = ArrowWriter::try_new(&mut out, schema.clone(), Some(props)).map_err(parquet_error)?;
+            for batch in batches {
+                writer.write(batch).map_err(parquet_error)?;
+            }
+            writer.close().map_err(parquet_error)?;
+        }
+        FileFormat::Csv => {
+            let mut writer = arrow::csv::WriterBuilder::new().with_header(true).build(&mut out);
+            if batches.is_empty() {
+                // A header alone, so an empty result is still a readable file.
+                let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+                drop(writer);
+                out.extend(names.join(",").as_bytes());
+                out.push(b'\n');
+                return Ok(out);
+            }
+            for batch in batches {
+                writer.write(batch).map_err(arrow_error)?;
+            }
+        }
+        FileFormat::Jsonl => {
+            let mut writer = arrow::json::LineDelimitedWriter::new(&mut out);
+            for batch in batches {
+                writer.write(batch).map_err(arrow_error)?;
+            }
+            writer.finish().map_err(arrow_error)?;
+        }
+    }
+    Ok(out)
+}
+
+/// Rows and deletes as one change file: every column plus `_sluice_op` (`upsert` or
+/// `delete`); a delete carries only its key columns.
+pub(crate) fn change_batches(
+    schema: &SchemaRef,
+    rows: &[RecordBatch],
+    deletes: &[RecordBatch],
+) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    fields.push(Field::new("_sluice_op", DataType::Utf8, false));
+    let out_schema = Arc::new(Schema::new(fields));
+    let mut out = Vec::new();
+    for batch in rows {
+        let mut columns = batch.columns().to_vec();
+        columns.push(Arc::new(StringArray::from(vec!["upsert"; batch.num_rows()])) as ArrayRef);
+        out.push(RecordBatch::try_new(out_schema.clone(), columns).map_err(arrow_error)?);
+    }
+    for batch in deletes {
+        let n = batch.num_rows();
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        for field in schema.fields() {
+            match batch.schema().index_of(field.name()) {
+                Ok(i) => columns.push(arrow::compute::cast(batch.column(i), field.data_type()).map_err(arrow_error)?),
+                Err(_) => columns.push(new_null_array(field.data_type(), n)),
+            }
+        }
+        columns.push(Arc::new(StringArray::from(vec!["delete"; n])) as ArrayRef);
+        out.push(RecordBatch::try_new(out_schema.clone(), columns).map_err(arrow_error)?);
+    }
+    Ok((out_schema, out))
+}
+
+fn parquet_error(e: parquet::errors::ParquetError) -> Error {
+    Error::new(ErrorKind::Fatal, "cannot write Parquet").with_source(e)
+}
+
+fn arrow_error(e: arrow::error::ArrowError) -> Error {
+    Error::new(ErrorKind::Fatal, "cannot encode the file").with_source(e)
+}

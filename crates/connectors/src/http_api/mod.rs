@@ -1,0 +1,5 @@
+//! An HTTP API as a reverse ETL destination: JSON posted in batches.
+
+mod target;
+
+pub use target::{DeleteForm, HttpApiConfig, HttpApiTarget, HttpMethod};

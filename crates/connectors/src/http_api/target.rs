@@ -1,0 +1,287 @@
+//! JSON posted in batches to an HTTP API.
+//!
+//! Each batch is a JSON array of row objects. Every request carries an `Idempotency-Key` derived
+//! from the sync, the run and the batch number, so an API that honours it can drop a batch it
+//! already applied. 429 and 5xx answers (and lost connections) are retried with exponential
+//! backoff, waiting at least what `Retry-After` asks. Headers are secrets: stored encrypted and
+//! never shown back.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use reqwest::StatusCode;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Secret};
+
+/// The HTTP method for rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum HttpMethod {
+    /// POST.
+    #[default]
+    Post,
+    /// PUT.
+    Put,
+    /// PATCH.
+    Patch,
+    /// DELETE (for deletes).
+    Delete,
+}
+
+impl HttpMethod {
+    fn as_reqwest(self) -> reqwest::Method {
+        match self {
+            Self::Post => reqwest::Method::POST,
+            Self::Put => reqwest::Method::PUT,
+            Self::Patch => reqwest::Method::PATCH,
+            Self::Delete => reqwest::Method::DELETE,
+        }
+    }
+}
+
+/// How mirror sends the keys that disappeared: a JSON array of key objects, each with
+/// `flag: true`, sent with `method` to `url`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteForm {
+    /// Where deletes go; the rows' URL by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The method for deletes.
+    #[serde(default)]
+    pub method: HttpMethod,
+    /// The field set to `true` in each deleted key's object.
+    #[serde(default = "default_flag")]
+    pub flag: String,
+}
+
+impl Default for DeleteForm {
+    fn default() -> Self {
+        Self { url: None, method: HttpMethod::Post, flag: default_flag() }
+    }
+}
+
+fn default_flag() -> String {
+    "_deleted".into()
+}
+
+/// An HTTP API destination.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpApiConfig {
+    /// Where rows are sent.
+    pub url: String,
+    /// The method for rows.
+    #[serde(default)]
+    pub method: HttpMethod,
+    /// Extra headers (an `Authorization` token, say); encrypted at rest, never shown back.
+    #[serde(default, skip_serializing)]
+    pub headers: BTreeMap<String, Secret>,
+    /// Rows per request.
+    #[serde(default = "default_batch")]
+    pub batch_size: usize,
+    /// Retries of one batch after a 429, a 5xx or a lost connection.
+    #[serde(default = "default_retries")]
+    pub max_retries: u32,
+    /// The first backoff; it doubles on each retry (at most 30 s).
+    #[serde(default = "default_backoff")]
+    pub backoff_ms: u64,
+    /// Timeout of one request.
+    #[serde(default = "default_timeout")]
+    pub timeout_ms: u64,
+    /// How deletes are sent (mirror).
+    #[serde(default)]
+    pub deletes: DeleteForm,
+}
+
+fn default_batch() -> usize {
+    500
+}
+
+fn default_retries() -> u32 {
+    5
+}
+
+fn default_backoff() -> u64 {
+    500
+}
+
+fn default_timeout() -> u64 {
+    30_000
+}
+
+impl HttpApiConfig {
+    /// Check the fields; pure.
+    pub fn validate(&self) -> Result<()> {
+        for (field, url) in
+            [("destination.url", Some(&self.url)), ("destination.deletes.url", self.deletes.url.as_ref())]
+        {
+            if let Some(url) = url {
+                let parsed = reqwest::Url::parse(url).map_err(|e| Error::config(field, e))?;
+                if !matches!(parsed.scheme(), "http" | "https") {
+                    return Err(Error::config(field, "must be an http:// or https:// URL"));
+                }
+            }
+        }
+        if self.method == HttpMethod::Delete {
+            return Err(Error::config("destination.method", "rows are sent with POST, PUT or PATCH"));
+        }
+        if !(1..=100_000).contains(&self.batch_size) {
+            return Err(Error::config("destination.batch_size", "must be between 1 and 100000"));
+        }
+        if self.max_retries > 20 {
+            return Err(Error::config("destination.max_retries", "at most 20"));
+        }
+        if !(1..=600_000).contains(&self.timeout_ms) {
+            return Err(Error::config("destination.timeout_ms", "must be between 1 and 600000"));
+        }
+        if self.deletes.flag.is_empty() {
+            return Err(Error::config("destination.deletes.flag", "must not be empty"));
+        }
+        for name in self.headers.keys() {
+            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(Error::config(&format!("destination.headers.{name}"), "not a valid header name"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sends rows to an HTTP API.
+pub struct HttpApiTarget {
+    config: HttpApiConfig,
+    client: reqwest::Client,
+}
+
+impl HttpApiTarget {
+    /// A destination for `config`.
+    pub fn new(config: HttpApiConfig) -> Result<Self> {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_millis(config.timeout_ms))
+            .user_agent(concat!("sluice/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| Error::new(ErrorKind::Fatal, "cannot build the HTTP client").with_source(e))?;
+        Ok(Self { config, client })
+    }
+
+    /// Send one JSON array, retrying 429, 5xx and lost connections.
+    async fn send(&self, method: HttpMethod, url: &str, key: &str, batch_no: usize, body: Vec<u8>) -> Result<()> {
+        let mut attempt = 0u32;
+        loop {
+            let mut request = self
+                .client
+                .request(method.as_reqwest(), url)
+                .header("content-type", "application/json")
+                .header("idempotency-key", key)
+                .body(body.clone());
+            for (name, value) in &self.config.headers {
+                request = request.header(name.as_str(), value.expose());
+            }
+            let (retry, wait, problem) = match request.send().await {
+                Ok(response) if response.status().is_success() => return Ok(()),
+                Ok(response) => {
+                    let status = response.status();
+                    let after = retry_after(response.headers());
+                    let text: String = response.text().await.unwrap_or_default().chars().take(300).collect();
+                    let retry = status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error();
+                    (retry, after, format!("answered {status}: {text}"))
+                }
+                Err(e) => (e.is_connect() || e.is_timeout() || e.is_request(), None, format!("failed: {e}")),
+            };
+            if !retry || attempt >= self.config.max_retries {
+                let tries = if retry { format!(" after {attempt} retries") } else { String::new() };
+                return Err(Error::new(
+                    ErrorKind::Fatal,
+                    format!("HTTP API: batch {batch_no} to {url} {problem}{tries}"),
+                ));
+            }
+            let backoff = Duration::from_millis(self.config.backoff_ms.saturating_mul(1 << attempt.min(16)))
+                .min(Duration::from_secs(30));
+            let wait = wait.map_or(backoff, |w| w.max(backoff).min(Duration::from_secs(300)));
+            tracing::warn!(
+                url,
+                batch = batch_no,
+                attempt,
+                wait_ms = wait.as_millis() as u64,
+                "HTTP API {problem}; retrying."
+            );
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        }
+    }
+}
+
+/// `Retry-After` in seconds or as an HTTP date.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let when = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    (when.with_timezone(&chrono::Utc) - chrono::Utc::now()).to_std().ok()
+}
+
+/// The idempotency key of one batch: the same sync, run and batch always give the same key.
+pub fn idempotency_key(sync: &str, run_id: &str, batch_no: usize) -> String {
+    let digest = Sha256::digest(format!("{sync}\0{run_id}\0{batch_no}"));
+    hex::encode(&digest[..16])
+}
+
+/// Rows as JSON objects, `size` per array.
+fn json_arrays(batches: &[RecordBatch], size: usize, flag: Option<&str>) -> Result<Vec<Vec<u8>>> {
+    let mut rows: Vec<serde_json::Value> = Vec::new();
+    for batch in batches {
+        let mut writer = arrow::json::ArrayWriter::new(Vec::new());
+        writer.write(batch).map_err(json_error)?;
+        writer.finish().map_err(json_error)?;
+        let bytes = writer.into_inner();
+        if bytes.is_empty() {
+            continue;
+        }
+        let array: Vec<serde_json::Value> =
+            serde_json::from_slice(&bytes).map_err(|e| Error::new(ErrorKind::Fatal, "bad JSON rows").with_source(e))?;
+        rows.extend(array);
+    }
+    if let Some(flag) = flag {
+        for row in &mut rows {
+            if let Some(object) = row.as_object_mut() {
+                object.insert(flag.to_string(), serde_json::Value::Bool(true));
+            }
+        }
+    }
+    rows.chunks(size)
+        .map(|chunk| serde_json::to_vec(chunk).map_err(|e| Error::new(ErrorKind::Fatal, "JSON").with_source(e)))
+        .collect()
+}
+
+fn json_error(e: arrow::error::ArrowError) -> Error {
+    Error::new(ErrorKind::Fatal, "cannot render rows as JSON").with_source(e)
+}
+
+#[async_trait]
+impl Destination for HttpApiTarget {
+    async fn check(&mut self) -> Result<()> {
+        // Nothing can be sent without side effects; the URL was checked by `validate`.
+        Ok(())
+    }
+
+    async fn deliver(&mut self, delivery: &Delivery) -> Result<()> {
+        let mut batch_no = 0usize;
+        for body in json_arrays(&delivery.rows, self.config.batch_size, None)? {
+            batch_no += 1;
+            let key = idempotency_key(&delivery.sync, &delivery.run_id, batch_no);
+            self.send(self.config.method, &self.config.url, &key, batch_no, body).await?;
+        }
+        let url = self.config.deletes.url.clone().unwrap_or_else(|| self.config.url.clone());
+        let flag = self.config.deletes.flag.clone();
+        for body in json_arrays(&delivery.deletes, self.config.batch_size, Some(&flag))? {
+            batch_no += 1;
+            let key = idempotency_key(&delivery.sync, &delivery.run_id, batch_no);
+            self.send(self.config.deletes.method, &url, &key, batch_no, body).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,5 @@
+//! MySQL and MariaDB: a table as a reverse ETL destination.
+
+mod target;
+
+pub use target::{MysqlTableConfig, MysqlTarget};

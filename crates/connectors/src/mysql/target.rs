@@ -1,0 +1,238 @@
+//! A MySQL or MariaDB table as a reverse ETL destination. Rows go in as multi-row `INSERT`s of
+//! a few megabytes. Upserts and deletes run in one InnoDB transaction through a temporary
+//! staging table. Replace fills a new table and swaps it in with one atomic `RENAME TABLE`.
+
+use async_trait::async_trait;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder};
+use serde::{Deserialize, Serialize};
+use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Secret, SyncMode};
+
+use crate::sql_table::{Dialect, Literals, column_names};
+
+const D: Dialect = Dialect::MySql;
+/// Bytes of SQL text per INSERT (MariaDB's default max_allowed_packet is 16 MB).
+const STATEMENT_BYTES: usize = 4 << 20;
+
+/// A table in a MySQL or MariaDB database.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MysqlTableConfig {
+    /// Host name or address.
+    pub host: String,
+    /// Port.
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// Database.
+    pub database: String,
+    /// User.
+    pub user: String,
+    /// Password; never serialized back.
+    #[serde(default, skip_serializing)]
+    pub password: Option<Secret>,
+    /// The table; created when missing.
+    pub table: String,
+    /// A read-only connection cannot be a destination; turn this off to let syncs write.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+fn default_port() -> u16 {
+    3306
+}
+
+impl MysqlTableConfig {
+    /// Check the fields; pure.
+    pub fn validate(&self) -> Result<()> {
+        for (field, value) in
+            [("host", &self.host), ("database", &self.database), ("user", &self.user), ("table", &self.table)]
+        {
+            if value.trim().is_empty() {
+                return Err(Error::config(&format!("destination.{field}"), "must not be empty"));
+            }
+        }
+        if self.table.len() > 54 {
+            return Err(Error::config("destination.table", "at most 54 characters (MySQL's limit, less a suffix)"));
+        }
+        if self.read_only {
+            return Err(Error::config(
+                "destination.read_only",
+                "the connection is read-only; set read_only: false to let a sync write to it",
+            ));
+        }
+        Ok(())
+    }
+
+    async fn connect(&self) -> Result<Conn> {
+        let opts = OptsBuilder::default()
+            .ip_or_hostname(self.host.clone())
+            .tcp_port(self.port)
+            .user(Some(self.user.clone()))
+            .pass(self.password.as_ref().map(|p| p.expose().to_string()))
+            .db_name(Some(self.database.clone()));
+        let mut conn = Conn::new(opts).await.map_err(|e| {
+            Error::new(ErrorKind::Connect, format!("MySQL: cannot connect to {}:{}: {e}", self.host, self.port))
+        })?;
+        conn.query_drop("SET NAMES utf8mb4, time_zone = '+00:00', sql_mode = CONCAT(@@sql_mode, ',STRICT_ALL_TABLES')")
+            .await
+            .map_err(sql_error)?;
+        Ok(conn)
+    }
+}
+
+/// Delivers into a MySQL or MariaDB table.
+pub struct MysqlTarget {
+    config: MysqlTableConfig,
+}
+
+impl MysqlTarget {
+    /// A destination for `config` (connects on use).
+    pub fn new(config: MysqlTableConfig) -> Self {
+        Self { config }
+    }
+}
+
+#[async_trait]
+impl Destination for MysqlTarget {
+    async fn check(&mut self) -> Result<()> {
+        let mut conn = self.config.connect().await?;
+        let read_only: Option<(i64, i64)> =
+            conn.query_first("SELECT @@global.read_only, @@session.tx_read_only").await.map_err(sql_error)?;
+        let _ = conn.disconnect().await;
+        if let Some((global, session)) = read_only
+            && (global != 0 || session != 0)
+        {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "destination: the MySQL server or session is read-only; a sync needs a writable connection",
+            ));
+        }
+        Ok(())
+    }
+
+    async fn deliver(&mut self, delivery: &Delivery) -> Result<()> {
+        let mut conn = self.config.connect().await?;
+        let result = deliver(&mut conn, &self.config.table, delivery).await;
+        let _ = conn.disconnect().await;
+        result
+    }
+}
+
+async fn deliver(conn: &mut Conn, name: &str, delivery: &Delivery) -> Result<()> {
+    let table = D.quote(name);
+    let keys: &[String] = if delivery.mode.keyed() { &delivery.keys } else { &[] };
+    let columns = column_names(&delivery.schema);
+    let existing = existing_columns(conn, name).await?;
+    if delivery.mode == SyncMode::Replace {
+        let fresh = D.quote(&format!("{name}__sluice_new"));
+        let old = D.quote(&format!("{name}__sluice_old"));
+        conn.query_drop(format!("DROP TABLE IF EXISTS {fresh}, {old}")).await.map_err(sql_error)?;
+        if existing.is_empty() {
+            conn.query_drop(D.create_table(&fresh, &delivery.schema, keys, false)).await.map_err(sql_error)?;
+        } else {
+            conn.query_drop(format!("CREATE TABLE {fresh} LIKE {table}")).await.map_err(sql_error)?;
+            add_missing(conn, &fresh, delivery, &existing).await?;
+        }
+        insert(conn, &fresh, &columns, &delivery.rows).await?;
+        let swap = if existing.is_empty() {
+            format!("RENAME TABLE {fresh} TO {table}")
+        } else {
+            format!("RENAME TABLE {table} TO {old}, {fresh} TO {table}")
+        };
+        conn.query_drop(swap).await.map_err(sql_error)?;
+        return conn.query_drop(format!("DROP TABLE IF EXISTS {old}")).await.map_err(sql_error);
+    }
+    if existing.is_empty() {
+        conn.query_drop(D.create_table(&table, &delivery.schema, keys, true)).await.map_err(sql_error)?;
+    } else {
+        add_missing(conn, &table, delivery, &existing).await?;
+    }
+    conn.query_drop("START TRANSACTION").await.map_err(sql_error)?;
+    let applied = apply(conn, &table, &columns, keys, delivery).await;
+    match applied {
+        Ok(()) => conn.query_drop("COMMIT").await.map_err(sql_error),
+        Err(e) => {
+            let _ = conn.query_drop("ROLLBACK").await;
+            Err(e)
+        }
+    }
+}
+
+async fn apply(conn: &mut Conn, table: &str, columns: &[String], keys: &[String], delivery: &Delivery) -> Result<()> {
+    if delivery.mode == SyncMode::Append {
+        return insert(conn, table, columns, &delivery.rows).await;
+    }
+    if delivery.row_count() > 0 {
+        conn.query_drop(format!(
+            "CREATE TEMPORARY TABLE sluice_stage AS SELECT {} FROM {table} WHERE 1 = 0",
+            D.list(columns)
+        ))
+        .await
+        .map_err(sql_error)?;
+        insert(conn, "sluice_stage", columns, &delivery.rows).await?;
+        if let Some(update) = D.update_from(table, "sluice_stage", columns, keys) {
+            conn.query_drop(update).await.map_err(sql_error)?;
+        }
+        conn.query_drop(D.insert_missing(table, "sluice_stage", columns, keys)).await.map_err(sql_error)?;
+        conn.query_drop("DROP TEMPORARY TABLE sluice_stage").await.map_err(sql_error)?;
+    }
+    if delivery.delete_count() > 0 {
+        conn.query_drop(format!(
+            "CREATE TEMPORARY TABLE sluice_gone AS SELECT {} FROM {table} WHERE 1 = 0",
+            D.list(keys)
+        ))
+        .await
+        .map_err(sql_error)?;
+        insert(conn, "sluice_gone", keys, &delivery.deletes).await?;
+        conn.query_drop(D.delete_matching(table, "sluice_gone", keys)).await.map_err(sql_error)?;
+        conn.query_drop("DROP TEMPORARY TABLE sluice_gone").await.map_err(sql_error)?;
+    }
+    Ok(())
+}
+
+async fn add_missing(conn: &mut Conn, table: &str, delivery: &Delivery, existing: &[String]) -> Result<()> {
+    for field in delivery.schema.fields().iter().filter(|f| !existing.contains(f.name())) {
+        conn.query_drop(D.add_column(table, field)).await.map_err(sql_error)?;
+    }
+    Ok(())
+}
+
+async fn existing_columns(conn: &mut Conn, table: &str) -> Result<Vec<String>> {
+    conn.exec(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ?",
+        (table,),
+    )
+    .await
+    .map_err(sql_error)
+}
+
+/// Multi-row INSERTs of about `STATEMENT_BYTES` each.
+async fn insert(
+    conn: &mut Conn,
+    table: &str,
+    columns: &[String],
+    batches: &[arrow::record_batch::RecordBatch],
+) -> Result<()> {
+    let head = format!("INSERT INTO {table} ({}) VALUES ", D.list(columns));
+    for batch in batches {
+        let mut start = 0;
+        // Slices of 2,000 rows keep each statement near the size limit without measuring rows.
+        while start < batch.num_rows() {
+            let len = (batch.num_rows() - start).min(2_000);
+            let mut sql = String::with_capacity(STATEMENT_BYTES);
+            sql.push_str(&head);
+            Literals::new(&batch.slice(start, len), D)?.write_mysql_rows(&mut sql, true)?;
+            conn.query_drop(sql).await.map_err(sql_error)?;
+            start += len;
+        }
+    }
+    Ok(())
+}
+
+fn sql_error(e: mysql_async::Error) -> Error {
+    let kind = match &e {
+        mysql_async::Error::Io(_) | mysql_async::Error::Driver(_) => ErrorKind::Connect,
+        _ => ErrorKind::Fatal,
+    };
+    Error::new(kind, format!("MySQL: {e}"))
+}

@@ -1,0 +1,207 @@
+//! A Postgres table as a reverse ETL destination. Every run is one transaction: rows are loaded
+//! with `COPY`, into a staging table for upserts and deletes, and replace truncates and reloads
+//! inside the same transaction, so readers see the old rows or the new ones, never a mix.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::SinkExt;
+use serde::{Deserialize, Serialize};
+use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Secret, SyncMode};
+use tokio_postgres::Transaction;
+
+use super::config::{cause, connect};
+use crate::sql_table::{Dialect, Literals, column_names};
+
+/// A table in a Postgres database.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresTableConfig {
+    /// Host name or address.
+    pub host: String,
+    /// Port.
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// Database.
+    pub database: String,
+    /// User.
+    pub user: String,
+    /// Password; never serialized back.
+    #[serde(default, skip_serializing)]
+    pub password: Option<Secret>,
+    /// Schema of the table.
+    #[serde(default = "default_schema")]
+    pub schema: String,
+    /// The table; created when missing.
+    pub table: String,
+    /// A read-only connection cannot be a destination; turn this off to let syncs write.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+fn default_port() -> u16 {
+    5432
+}
+
+fn default_schema() -> String {
+    "public".into()
+}
+
+impl PostgresTableConfig {
+    /// Check the fields; pure.
+    pub fn validate(&self) -> Result<()> {
+        for (field, value) in [("host", &self.host), ("database", &self.database), ("user", &self.user)] {
+            if value.trim().is_empty() {
+                return Err(Error::config(&format!("destination.{field}"), "must not be empty"));
+            }
+        }
+        if self.table.trim().is_empty() || self.schema.trim().is_empty() {
+            return Err(Error::config("destination.table", "the schema and table must not be empty"));
+        }
+        if self.read_only {
+            return Err(Error::config(
+                "destination.read_only",
+                "the connection is read-only; set read_only: false to let a sync write to it",
+            ));
+        }
+        Ok(())
+    }
+
+    fn qualified(&self) -> String {
+        format!("{}.{}", Dialect::Postgres.quote(&self.schema), Dialect::Postgres.quote(&self.table))
+    }
+
+    async fn client(&self) -> Result<tokio_postgres::Client> {
+        let password = self.password.as_ref().map(Secret::expose).unwrap_or_default();
+        connect(&self.host, self.port, &self.database, &self.user, password).await
+    }
+}
+
+/// Delivers into a Postgres table.
+pub struct PostgresTarget {
+    config: PostgresTableConfig,
+}
+
+impl PostgresTarget {
+    /// A destination for `config` (connects on use).
+    pub fn new(config: PostgresTableConfig) -> Self {
+        Self { config }
+    }
+}
+
+#[async_trait]
+impl Destination for PostgresTarget {
+    async fn check(&mut self) -> Result<()> {
+        let client = self.config.client().await?;
+        let row = client.query_one("SHOW transaction_read_only", &[]).await.map_err(sql_error)?;
+        if row.get::<_, String>(0) == "on" {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "destination: the Postgres session is read-only (default_transaction_read_only is on, or the \
+                 server is a standby); a sync needs a writable connection",
+            ));
+        }
+        Ok(())
+    }
+
+    async fn deliver(&mut self, delivery: &Delivery) -> Result<()> {
+        let mut client = self.config.client().await?;
+        let tx = client.transaction().await.map_err(sql_error)?;
+        let table = self.config.qualified();
+        let keys: &[String] = if delivery.mode.keyed() { &delivery.keys } else { &[] };
+        let existing = existing_columns(&tx, &self.config.schema, &self.config.table).await?;
+        let created = existing.is_empty();
+        if created {
+            tx.batch_execute(&Dialect::Postgres.create_table(&table, &delivery.schema, keys, false))
+                .await
+                .map_err(sql_error)?;
+        } else {
+            for field in delivery.schema.fields().iter().filter(|f| !existing.contains(f.name())) {
+                tx.batch_execute(&Dialect::Postgres.add_column(&table, field)).await.map_err(sql_error)?;
+            }
+        }
+        let columns = column_names(&delivery.schema);
+        match delivery.mode {
+            SyncMode::Replace => {
+                if !created {
+                    tx.batch_execute(&format!("TRUNCATE {table}")).await.map_err(sql_error)?;
+                }
+                copy(&tx, &table, &columns, &delivery.rows).await?;
+            }
+            SyncMode::Append => copy(&tx, &table, &columns, &delivery.rows).await?,
+            SyncMode::Upsert | SyncMode::Mirror => {
+                if created {
+                    // A table made by this run is empty: every row is an insert.
+                    copy(&tx, &table, &columns, &delivery.rows).await?;
+                } else if delivery.row_count() > 0 {
+                    let list = Dialect::Postgres.list(&columns);
+                    tx.batch_execute(&format!(
+                        "CREATE TEMP TABLE sluice_stage ON COMMIT DROP AS SELECT {list} FROM {table} WITH NO DATA"
+                    ))
+                    .await
+                    .map_err(sql_error)?;
+                    copy(&tx, "sluice_stage", &columns, &delivery.rows).await?;
+                    if let Some(update) = Dialect::Postgres.update_from(&table, "sluice_stage", &columns, keys) {
+                        tx.batch_execute(&update).await.map_err(sql_error)?;
+                    }
+                    let insert = Dialect::Postgres.insert_missing(&table, "sluice_stage", &columns, keys);
+                    tx.batch_execute(&insert).await.map_err(sql_error)?;
+                }
+                if delivery.delete_count() > 0 && !created {
+                    let list = Dialect::Postgres.list(keys);
+                    tx.batch_execute(&format!(
+                        "CREATE TEMP TABLE sluice_gone ON COMMIT DROP AS SELECT {list} FROM {table} WITH NO DATA"
+                    ))
+                    .await
+                    .map_err(sql_error)?;
+                    copy(&tx, "sluice_gone", keys, &delivery.deletes).await?;
+                    tx.batch_execute(&Dialect::Postgres.delete_matching(&table, "sluice_gone", keys))
+                        .await
+                        .map_err(sql_error)?;
+                }
+            }
+        }
+        tx.commit().await.map_err(sql_error)
+    }
+}
+
+/// The table's columns; empty when it does not exist.
+async fn existing_columns(tx: &Transaction<'_>, schema: &str, table: &str) -> Result<Vec<String>> {
+    let rows = tx
+        .query(
+            "SELECT column_name::text FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2",
+            &[&schema, &table],
+        )
+        .await
+        .map_err(sql_error)?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// `COPY` batches into `table`, a few megabytes per message.
+async fn copy(
+    tx: &Transaction<'_>,
+    table: &str,
+    columns: &[String],
+    batches: &[arrow::record_batch::RecordBatch],
+) -> Result<()> {
+    let statement = format!("COPY {table} ({}) FROM STDIN", Dialect::Postgres.list(columns));
+    let sink = tx.copy_in::<_, Bytes>(&statement).await.map_err(sql_error)?;
+    futures_util::pin_mut!(sink);
+    let mut text = String::with_capacity(1 << 22);
+    for batch in batches {
+        Literals::new(batch, Dialect::Postgres)?.write_copy(&mut text)?;
+        if text.len() >= 1 << 22 {
+            sink.send(Bytes::from(std::mem::take(&mut text))).await.map_err(sql_error)?;
+            text.reserve(1 << 22);
+        }
+    }
+    if !text.is_empty() {
+        sink.send(Bytes::from(text)).await.map_err(sql_error)?;
+    }
+    sink.finish().await.map_err(sql_error)?;
+    Ok(())
+}
+
+fn sql_error(e: tokio_postgres::Error) -> Error {
+    let kind = if e.is_closed() || e.as_db_error().is_none() { ErrorKind::Connect } else { ErrorKind::Fatal };
+    Error::new(kind, format!("Postgres: {}", cause(&e)))
+}

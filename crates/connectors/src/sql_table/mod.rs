@@ -1,0 +1,173 @@
+//! What the three SQL table destinations (Postgres, MySQL/MariaDB, SQLite) share: how Arrow
+//! types map to column types, how values are written as SQL literals, and the statements that
+//! create, upsert, delete and replace. Each technology's `target.rs` only connects, loads rows
+//! and runs these in a transaction.
+
+mod values;
+
+use arrow::datatypes::{DataType, Field, Schema};
+
+pub(crate) use values::{Literals, binary};
+
+/// The SQL flavour of a destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    Postgres,
+    MySql,
+    Sqlite,
+}
+
+impl Dialect {
+    /// Quote an identifier.
+    pub(crate) fn quote(self, ident: &str) -> String {
+        match self {
+            Self::MySql => format!("`{}`", ident.replace('`', "``")),
+            _ => format!("\"{}\"", ident.replace('"', "\"\"")),
+        }
+    }
+
+    /// The column type a result column gets in a table Sluice creates.
+    pub(crate) fn column_type(self, field: &Field, is_key: bool) -> String {
+        use DataType as T;
+        let ty = field.data_type();
+        match self {
+            Self::Postgres => match ty {
+                T::Boolean => "BOOLEAN".into(),
+                T::Int8 | T::Int16 | T::UInt8 => "SMALLINT".into(),
+                T::Int32 | T::UInt16 => "INTEGER".into(),
+                T::Int64 | T::UInt32 => "BIGINT".into(),
+                T::UInt64 => "NUMERIC(20,0)".into(),
+                T::Float16 | T::Float32 => "REAL".into(),
+                T::Float64 => "DOUBLE PRECISION".into(),
+                T::Decimal128(p, s) | T::Decimal256(p, s) => format!("NUMERIC({p},{s})"),
+                T::Date32 | T::Date64 => "DATE".into(),
+                T::Timestamp(_, Some(_)) => "TIMESTAMPTZ".into(),
+                T::Timestamp(_, None) => "TIMESTAMP".into(),
+                T::Time32(_) | T::Time64(_) => "TIME".into(),
+                T::Binary | T::LargeBinary | T::BinaryView | T::FixedSizeBinary(_) => "BYTEA".into(),
+                _ => "TEXT".into(),
+            },
+            Self::MySql => match ty {
+                T::Boolean => "BOOLEAN".into(),
+                T::Int8 => "TINYINT".into(),
+                T::Int16 | T::UInt8 => "SMALLINT".into(),
+                T::Int32 | T::UInt16 => "INT".into(),
+                T::Int64 | T::UInt32 => "BIGINT".into(),
+                T::UInt64 => "BIGINT UNSIGNED".into(),
+                T::Float16 | T::Float32 => "FLOAT".into(),
+                T::Float64 => "DOUBLE".into(),
+                // MariaDB's DECIMAL holds at most 65 digits, 38 after the point.
+                T::Decimal128(p, s) | T::Decimal256(p, s) => {
+                    format!("DECIMAL({},{})", (*p).min(65), (*s).clamp(0, 38))
+                }
+                T::Date32 | T::Date64 => "DATE".into(),
+                // DATETIME, not TIMESTAMP (which ends in 2038); values are written in UTC.
+                T::Timestamp(_, _) => "DATETIME(6)".into(),
+                T::Time32(_) | T::Time64(_) => "TIME(6)".into(),
+                T::Binary | T::LargeBinary | T::BinaryView | T::FixedSizeBinary(_) => {
+                    if is_key {
+                        "VARBINARY(255)".into()
+                    } else {
+                        "LONGBLOB".into()
+                    }
+                }
+                // A key must have a bounded length to be indexed.
+                _ if is_key => "VARCHAR(255)".into(),
+                _ => "LONGTEXT".into(),
+            },
+            Self::Sqlite => match ty {
+                T::Boolean
+                | T::Int8
+                | T::Int16
+                | T::Int32
+                | T::Int64
+                | T::UInt8
+                | T::UInt16
+                | T::UInt32
+                | T::UInt64 => "INTEGER".into(),
+                T::Float16 | T::Float32 | T::Float64 => "REAL".into(),
+                // Decimals stay exact as text: SQLite has no decimal type and REAL would round.
+                T::Binary | T::LargeBinary | T::BinaryView | T::FixedSizeBinary(_) => "BLOB".into(),
+                _ => "TEXT".into(),
+            },
+        }
+    }
+
+    /// `CREATE TABLE` for a result, keyed when keys are given.
+    pub(crate) fn create_table(self, table: &str, schema: &Schema, keys: &[String], if_missing: bool) -> String {
+        let mut columns: Vec<String> = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let is_key = keys.iter().any(|k| k == f.name());
+                let not_null = if is_key { " NOT NULL" } else { "" };
+                format!("{} {}{not_null}", self.quote(f.name()), self.column_type(f, is_key))
+            })
+            .collect();
+        if !keys.is_empty() {
+            columns.push(format!("PRIMARY KEY ({})", self.list(keys)));
+        }
+        let guard = if if_missing { "IF NOT EXISTS " } else { "" };
+        format!("CREATE TABLE {guard}{table} ({})", columns.join(", "))
+    }
+
+    /// `ALTER TABLE … ADD COLUMN` for a result column the table lacks.
+    pub(crate) fn add_column(self, table: &str, field: &Field) -> String {
+        format!("ALTER TABLE {table} ADD COLUMN {} {}", self.quote(field.name()), self.column_type(field, false))
+    }
+
+    /// A quoted column list.
+    pub(crate) fn list(self, names: &[String]) -> String {
+        names.iter().map(|n| self.quote(n)).collect::<Vec<_>>().join(", ")
+    }
+
+    fn key_match(self, left: &str, right: &str, keys: &[String]) -> String {
+        keys.iter().map(|k| format!("{left}.{q} = {right}.{q}", q = self.quote(k))).collect::<Vec<_>>().join(" AND ")
+    }
+
+    /// Update the rows of `table` whose key is in `stage`; `None` when only keys are sent.
+    pub(crate) fn update_from(self, table: &str, stage: &str, columns: &[String], keys: &[String]) -> Option<String> {
+        let values: Vec<&String> = columns.iter().filter(|c| !keys.contains(c)).collect();
+        if values.is_empty() {
+            return None;
+        }
+        let matching = self.key_match("t", "s", keys);
+        Some(match self {
+            Self::MySql => {
+                let sets = values.iter().map(|c| format!("t.{q} = s.{q}", q = self.quote(c))).collect::<Vec<_>>();
+                format!("UPDATE {table} t JOIN {stage} s ON {matching} SET {}", sets.join(", "))
+            }
+            _ => {
+                let sets = values.iter().map(|c| format!("{q} = s.{q}", q = self.quote(c))).collect::<Vec<_>>();
+                format!("UPDATE {table} AS t SET {} FROM {stage} AS s WHERE {matching}", sets.join(", "))
+            }
+        })
+    }
+
+    /// Insert the rows of `stage` whose key is not yet in `table`.
+    pub(crate) fn insert_missing(self, table: &str, stage: &str, columns: &[String], keys: &[String]) -> String {
+        let list = self.list(columns);
+        let picks = columns.iter().map(|c| format!("s.{}", self.quote(c))).collect::<Vec<_>>().join(", ");
+        format!(
+            "INSERT INTO {table} ({list}) SELECT {picks} FROM {stage} s WHERE NOT EXISTS \
+             (SELECT 1 FROM {table} t WHERE {})",
+            self.key_match("t", "s", keys)
+        )
+    }
+
+    /// Delete the rows of `table` whose key is in `stage`.
+    pub(crate) fn delete_matching(self, table: &str, stage: &str, keys: &[String]) -> String {
+        match self {
+            Self::MySql => format!("DELETE t FROM {table} t JOIN {stage} s ON {}", self.key_match("t", "s", keys)),
+            _ => format!(
+                "DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM {stage} s WHERE {})",
+                self.key_match(table, "s", keys)
+            ),
+        }
+    }
+}
+
+/// Column names of a schema, in order.
+pub(crate) fn column_names(schema: &Schema) -> Vec<String> {
+    schema.fields().iter().map(|f| f.name().clone()).collect()
+}

@@ -1,0 +1,204 @@
+//! A SQLite table as a reverse ETL destination. Every run is one transaction, replace included
+//! (delete and reload), so a reader sees the old rows or the new ones.
+
+use std::path::PathBuf;
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{DataType, Int64Type};
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use rusqlite::Connection;
+use rusqlite::types::Value;
+use serde::{Deserialize, Serialize};
+use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, SyncMode};
+
+use crate::sql_table::{Dialect, Literals, binary, column_names};
+
+const D: Dialect = Dialect::Sqlite;
+
+/// A table in a SQLite database file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqliteTableConfig {
+    /// The database file; created when missing.
+    pub path: PathBuf,
+    /// The table; created when missing.
+    pub table: String,
+    /// A read-only connection cannot be a destination; turn this off to let syncs write.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+impl SqliteTableConfig {
+    /// Check the fields; pure.
+    pub fn validate(&self) -> Result<()> {
+        if self.path.as_os_str().is_empty() {
+            return Err(Error::config("destination.path", "must not be empty"));
+        }
+        if self.table.trim().is_empty() {
+            return Err(Error::config("destination.table", "must not be empty"));
+        }
+        if self.read_only {
+            return Err(Error::config(
+                "destination.read_only",
+                "the connection is read-only; set read_only: false to let a sync write to it",
+            ));
+        }
+        Ok(())
+    }
+
+    fn open(&self) -> Result<Connection> {
+        let conn = Connection::open(&self.path)
+            .map_err(|e| Error::new(ErrorKind::Config, format!("SQLite: cannot open {}: {e}", self.path.display())))?;
+        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(sql_error)?;
+        Ok(conn)
+    }
+}
+
+/// Delivers into a SQLite table.
+pub struct SqliteTarget {
+    config: SqliteTableConfig,
+}
+
+impl SqliteTarget {
+    /// A destination for `config`.
+    pub fn new(config: SqliteTableConfig) -> Self {
+        Self { config }
+    }
+}
+
+#[async_trait]
+impl Destination for SqliteTarget {
+    async fn check(&mut self) -> Result<()> {
+        let config = self.config.clone();
+        blocking(move || {
+            let conn = config.open()?;
+            // BEGIN IMMEDIATE takes the write lock: it fails on a read-only file or directory.
+            conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").map_err(|e| {
+                Error::new(ErrorKind::Config, format!("destination: {} cannot be written: {e}", config.path.display()))
+            })
+        })
+        .await
+    }
+
+    async fn deliver(&mut self, delivery: &Delivery) -> Result<()> {
+        let config = self.config.clone();
+        let delivery = delivery.clone();
+        blocking(move || {
+            let mut conn = config.open()?;
+            let tx = conn.transaction().map_err(sql_error)?;
+            apply(&tx, &config.table, &delivery)?;
+            tx.commit().map_err(sql_error)
+        })
+        .await
+    }
+}
+
+async fn blocking<T: Send + 'static>(job: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(job)
+        .await
+        .map_err(|e| Error::new(ErrorKind::Fatal, "SQLite job panicked").with_source(e))?
+}
+
+fn apply(conn: &Connection, name: &str, delivery: &Delivery) -> Result<()> {
+    let table = D.quote(name);
+    let keys: &[String] = if delivery.mode.keyed() { &delivery.keys } else { &[] };
+    let columns = column_names(&delivery.schema);
+    let existing = existing_columns(conn, name)?;
+    let created = existing.is_empty();
+    if created {
+        conn.execute_batch(&D.create_table(&table, &delivery.schema, keys, false)).map_err(sql_error)?;
+    } else {
+        for field in delivery.schema.fields().iter().filter(|f| !existing.contains(f.name())) {
+            conn.execute_batch(&D.add_column(&table, field)).map_err(sql_error)?;
+        }
+    }
+    match delivery.mode {
+        SyncMode::Replace => {
+            conn.execute_batch(&format!("DELETE FROM {table}")).map_err(sql_error)?;
+            insert(conn, &table, &columns, &delivery.rows)
+        }
+        SyncMode::Append => insert(conn, &table, &columns, &delivery.rows),
+        SyncMode::Upsert | SyncMode::Mirror => {
+            if created {
+                insert(conn, &table, &columns, &delivery.rows)?;
+            } else if delivery.row_count() > 0 {
+                conn.execute_batch(&format!(
+                    "CREATE TEMP TABLE sluice_stage AS SELECT {} FROM {table} WHERE 0",
+                    D.list(&columns)
+                ))
+                .map_err(sql_error)?;
+                insert(conn, "sluice_stage", &columns, &delivery.rows)?;
+                if let Some(update) = D.update_from(&table, "sluice_stage", &columns, keys) {
+                    conn.execute_batch(&update).map_err(sql_error)?;
+                }
+                conn.execute_batch(&D.insert_missing(&table, "sluice_stage", &columns, keys)).map_err(sql_error)?;
+                conn.execute_batch("DROP TABLE temp.sluice_stage").map_err(sql_error)?;
+            }
+            if delivery.delete_count() > 0 && !created {
+                conn.execute_batch(&format!(
+                    "CREATE TEMP TABLE sluice_gone AS SELECT {} FROM {table} WHERE 0",
+                    D.list(keys)
+                ))
+                .map_err(sql_error)?;
+                insert(conn, "sluice_gone", keys, &delivery.deletes)?;
+                conn.execute_batch(&D.delete_matching(&table, "sluice_gone", keys)).map_err(sql_error)?;
+                conn.execute_batch("DROP TABLE temp.sluice_gone").map_err(sql_error)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn existing_columns(conn: &Connection, table: &str) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info(?1)").map_err(sql_error)?;
+    let rows = stmt.query_map([table], |r| r.get::<_, String>(0)).map_err(sql_error)?;
+    rows.map(|r| r.map_err(sql_error)).collect()
+}
+
+fn insert(conn: &Connection, table: &str, columns: &[String], batches: &[RecordBatch]) -> Result<()> {
+    let marks = vec!["?"; columns.len()].join(", ");
+    let mut stmt = conn
+        .prepare_cached(&format!("INSERT INTO {table} ({}) VALUES ({marks})", D.list(columns)))
+        .map_err(sql_error)?;
+    for batch in batches {
+        Literals::new(batch, D)?.for_each_row(|row, cells| {
+            let values: Vec<Value> = cells
+                .iter()
+                .map(|(array, format)| {
+                    if array.is_null(row) {
+                        return Value::Null;
+                    }
+                    match array.data_type() {
+                        DataType::Boolean => Value::Integer(array.as_boolean().value(row) as i64),
+                        DataType::Int8
+                        | DataType::Int16
+                        | DataType::Int32
+                        | DataType::UInt8
+                        | DataType::UInt16
+                        | DataType::UInt32 => {
+                            let wide = arrow::compute::cast(&array.slice(row, 1), &DataType::Int64);
+                            wide.map(|w| Value::Integer(w.as_primitive::<Int64Type>().value(0))).unwrap_or(Value::Null)
+                        }
+                        DataType::Int64 => Value::Integer(array.as_primitive::<Int64Type>().value(row)),
+                        DataType::Float16 | DataType::Float32 | DataType::Float64 => {
+                            format.value(row).to_string().parse::<f64>().map(Value::Real).unwrap_or(Value::Null)
+                        }
+                        DataType::Binary
+                        | DataType::LargeBinary
+                        | DataType::BinaryView
+                        | DataType::FixedSizeBinary(_) => Value::Blob(binary(array, row)),
+                        _ => Value::Text(format.value(row).to_string()),
+                    }
+                })
+                .collect();
+            stmt.execute(rusqlite::params_from_iter(values)).map(|_| ()).map_err(sql_error)
+        })?;
+    }
+    Ok(())
+}
+
+fn sql_error(e: rusqlite::Error) -> Error {
+    let busy = matches!(&e, rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DatabaseBusy);
+    Error::new(if busy { ErrorKind::Transient } else { ErrorKind::Fatal }, format!("SQLite: {e}"))
+}

@@ -1,0 +1,192 @@
+//! A reverse ETL sync's config (the API's and the YAML's type) and the one place destinations
+//! are built.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use croner::Cron;
+use croner::parser::{CronParser, Seconds};
+use serde::{Deserialize, Serialize};
+use sluice_core::{Destination, Error, Result, Secret, SyncMode};
+
+use crate::files::{FilesConfig, FilesTarget};
+use crate::http_api::{HttpApiConfig, HttpApiTarget};
+use crate::mysql::{MysqlTableConfig, MysqlTarget};
+use crate::postgres::{PostgresTableConfig, PostgresTarget};
+use crate::sqlite::{SqliteTableConfig, SqliteTarget};
+
+/// One sync: a read-only SELECT on the workspace, a destination and a mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncConfig {
+    /// Unique name; also the sync's id in URLs. Letters, digits, `_` and `-`.
+    pub name: String,
+    /// One SELECT or WITH statement on the workspace.
+    pub query: String,
+    /// Where the result goes. The `kind` field picks the variant.
+    pub destination: DestinationConfig,
+    /// `replace`, `append`, `upsert` or `mirror`.
+    #[serde(default)]
+    pub mode: SyncMode,
+    /// Key columns (upsert and mirror).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
+    /// Run on a schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
+}
+
+/// A cron schedule in a time zone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Schedule {
+    /// Five fields (minute hour day month weekday), or six with seconds first.
+    pub cron: String,
+    /// An IANA time zone name.
+    #[serde(default = "utc")]
+    pub timezone: String,
+}
+
+fn utc() -> String {
+    "UTC".into()
+}
+
+impl Schedule {
+    fn parsed(&self) -> Result<(Cron, chrono_tz::Tz)> {
+        let cron = CronParser::builder()
+            .seconds(Seconds::Optional)
+            .build()
+            .parse(&self.cron)
+            .map_err(|e| Error::config("schedule.cron", e))?;
+        let tz = chrono_tz::Tz::from_str(&self.timezone)
+            .map_err(|_| Error::config("schedule.timezone", format!("'{}' is not an IANA time zone", self.timezone)))?;
+        Ok((cron, tz))
+    }
+
+    /// The first time after `after` the schedule fires.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Result<DateTime<Utc>> {
+        let (cron, tz) = self.parsed()?;
+        let next = cron
+            .find_next_occurrence(&after.with_timezone(&tz), false)
+            .map_err(|e| Error::config("schedule.cron", e))?;
+        Ok(next.with_timezone(&Utc))
+    }
+}
+
+/// Where a sync delivers. The `kind` field picks the variant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DestinationConfig {
+    /// A Postgres table.
+    Postgres(PostgresTableConfig),
+    /// A MySQL or MariaDB table.
+    Mysql(MysqlTableConfig),
+    /// A SQLite table.
+    Sqlite(SqliteTableConfig),
+    /// Parquet, CSV or JSON lines files, local or on S3.
+    Files(FilesConfig),
+    /// An HTTP API.
+    Http(HttpApiConfig),
+}
+
+impl SyncConfig {
+    /// Check every field; pure. Errors name the field.
+    pub fn validate(&self) -> Result<()> {
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= 64
+            && self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !name_ok {
+            return Err(Error::config("name", "must be 1-64 letters, digits, '_' or '-'"));
+        }
+        if self.query.trim().is_empty() {
+            return Err(Error::config("query", "a SELECT statement is needed"));
+        }
+        if self.mode.keyed() && self.keys.is_empty() {
+            return Err(Error::config("keys", format!("mode '{}' matches rows on key columns; name them", self.mode)));
+        }
+        if let Some(schedule) = &self.schedule {
+            schedule.parsed()?;
+        }
+        match &self.destination {
+            DestinationConfig::Postgres(c) => c.validate(),
+            DestinationConfig::Mysql(c) => c.validate(),
+            DestinationConfig::Sqlite(c) => c.validate(),
+            DestinationConfig::Files(c) => c.validate(),
+            DestinationConfig::Http(c) => c.validate(),
+        }
+    }
+
+    /// The secrets inside the destination, by field path; the server keeps them apart,
+    /// encrypted, and never serializes them.
+    pub fn secrets(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let mut keep = |path: String, secret: Option<&Secret>| {
+            if let Some(s) = secret {
+                out.insert(path, s.expose().to_string());
+            }
+        };
+        match &self.destination {
+            DestinationConfig::Postgres(c) => keep("destination.password".into(), c.password.as_ref()),
+            DestinationConfig::Mysql(c) => keep("destination.password".into(), c.password.as_ref()),
+            DestinationConfig::Sqlite(_) => {}
+            DestinationConfig::Files(c) => keep(
+                "destination.s3.secret_access_key".into(),
+                c.s3.as_ref().and_then(|s| s.secret_access_key.as_ref()),
+            ),
+            DestinationConfig::Http(c) => {
+                for (name, value) in &c.headers {
+                    keep(format!("destination.headers.{name}"), Some(value));
+                }
+            }
+        }
+        out
+    }
+
+    /// Put secrets back where [`SyncConfig::secrets`] found them, unless already set.
+    pub fn restore_secrets(&mut self, secrets: &BTreeMap<String, String>) {
+        let restore = |slot: &mut Option<Secret>, path: &str| {
+            if slot.is_none()
+                && let Some(s) = secrets.get(path)
+            {
+                *slot = Some(Secret::new(s.clone()));
+            }
+        };
+        match &mut self.destination {
+            DestinationConfig::Postgres(c) => restore(&mut c.password, "destination.password"),
+            DestinationConfig::Mysql(c) => restore(&mut c.password, "destination.password"),
+            DestinationConfig::Sqlite(_) => {}
+            DestinationConfig::Files(c) => {
+                if let Some(s3) = &mut c.s3 {
+                    restore(&mut s3.secret_access_key, "destination.s3.secret_access_key");
+                }
+            }
+            DestinationConfig::Http(c) => {
+                for (path, value) in secrets {
+                    if let Some(name) = path.strip_prefix("destination.headers.") {
+                        c.headers.entry(name.to_string()).or_insert_with(|| Secret::new(value.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Header names of an HTTP destination (their values are never shown).
+    pub fn header_names(&self) -> Vec<String> {
+        match &self.destination {
+            DestinationConfig::Http(c) => c.headers.keys().cloned().collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Build a sync's destination; the one `match` over destination kinds.
+pub fn build_destination(config: &DestinationConfig) -> Result<Box<dyn Destination>> {
+    Ok(match config {
+        DestinationConfig::Postgres(c) => Box::new(PostgresTarget::new(c.clone())),
+        DestinationConfig::Mysql(c) => Box::new(MysqlTarget::new(c.clone())),
+        DestinationConfig::Sqlite(c) => Box::new(SqliteTarget::new(c.clone())),
+        DestinationConfig::Files(c) => Box::new(FilesTarget::new(c.clone())),
+        DestinationConfig::Http(c) => Box::new(HttpApiTarget::new(c.clone())?),
+    })
+}

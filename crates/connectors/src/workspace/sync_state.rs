@@ -1,0 +1,242 @@
+//! The sync registry and run records, in the workspace next to the streams.
+
+use duckdb::{Connection, params};
+use serde::{Deserialize, Serialize};
+use sluice_core::{Error, ErrorKind, Result};
+
+use super::sync_plan::{self, Plan};
+use super::{Workspace, db_error, in_transaction};
+
+pub(crate) const BOOTSTRAP: &str = r#"
+CREATE TABLE IF NOT EXISTS sluice.syncs (
+    name VARCHAR NOT NULL, config JSON NOT NULL, created_at TIMESTAMPTZ NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL);
+CREATE TABLE IF NOT EXISTS sluice.sync_runs (
+    id VARCHAR NOT NULL, sync VARCHAR NOT NULL, "trigger" VARCHAR NOT NULL, status VARCHAR NOT NULL,
+    started_at TIMESTAMPTZ NOT NULL, finished_at TIMESTAMPTZ, duration_ms BIGINT,
+    rows_sent BIGINT, inserted BIGINT, updated BIGINT, deleted BIGINT, detect_ms BIGINT, error VARCHAR);
+"#;
+
+/// One run of a sync, as recorded.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunRecord {
+    /// The run's id.
+    pub id: String,
+    /// The sync's name.
+    pub sync: String,
+    /// `manual`, `api` or `schedule`.
+    pub trigger: String,
+    /// `running`, `succeeded` or `failed`.
+    pub status: String,
+    /// When it started (RFC 3339).
+    pub started_at: String,
+    /// When it ended.
+    pub finished_at: Option<String>,
+    /// How long it took.
+    pub duration_ms: Option<i64>,
+    /// Rows and deletes sent.
+    pub rows_sent: Option<i64>,
+    /// Rows inserted (new keys; every row for replace and append).
+    pub inserted: Option<i64>,
+    /// Rows updated.
+    pub updated: Option<i64>,
+    /// Keys deleted.
+    pub deleted: Option<i64>,
+    /// Milliseconds of change detection.
+    pub detect_ms: Option<i64>,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
+impl RunRecord {
+    /// Whether the run has ended.
+    pub fn finished(&self) -> bool {
+        self.status != "running"
+    }
+}
+
+const RUN_COLUMNS: &str = "id, sync, \"trigger\", status, strftime(started_at AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%S.%gZ'), \
+    strftime(finished_at AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%S.%gZ'), duration_ms, rows_sent, inserted, updated, \
+    deleted, detect_ms, error";
+
+fn read_run(r: &duckdb::Row<'_>) -> duckdb::Result<RunRecord> {
+    Ok(RunRecord {
+        id: r.get(0)?,
+        sync: r.get(1)?,
+        trigger: r.get(2)?,
+        status: r.get(3)?,
+        started_at: r.get(4)?,
+        finished_at: r.get(5)?,
+        duration_ms: r.get(6)?,
+        rows_sent: r.get(7)?,
+        inserted: r.get(8)?,
+        updated: r.get(9)?,
+        deleted: r.get(10)?,
+        detect_ms: r.get(11)?,
+        error: r.get(12)?,
+    })
+}
+
+impl Workspace {
+    /// Every stored sync: (name, config JSON).
+    pub async fn syncs(&self) -> Result<Vec<(String, serde_json::Value)>> {
+        self.with_connection(|c| {
+            let mut stmt =
+                c.prepare("SELECT name, config::VARCHAR FROM sluice.syncs ORDER BY name").map_err(db_error)?;
+            let rows =
+                stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).map_err(db_error)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (name, config) = row.map_err(db_error)?;
+                let config = serde_json::from_str(&config)
+                    .map_err(|e| Error::new(ErrorKind::Fatal, format!("sync '{name}' is unreadable")).with_source(e))?;
+                out.push((name, config));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Create or replace a sync's config (secrets are stored apart, see `set_secrets`).
+    pub async fn save_sync(&self, name: String, config: serde_json::Value) -> Result<()> {
+        self.with_connection(move |c| {
+            in_transaction(c, |c| {
+                let created: Option<String> = c
+                    .query_row("SELECT created_at::VARCHAR FROM sluice.syncs WHERE name = ?", [&name], |r| r.get(0))
+                    .ok();
+                c.execute("DELETE FROM sluice.syncs WHERE name = ?", [&name]).map_err(db_error)?;
+                c.execute(
+                    "INSERT INTO sluice.syncs VALUES (?, ?::JSON, coalesce(?::TIMESTAMPTZ, now()), now())",
+                    params![name, config.to_string(), created],
+                )
+                .map_err(db_error)?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    /// Remove a sync, its row hashes and its runs.
+    pub async fn delete_sync(&self, name: String) -> Result<()> {
+        self.secrets.set(&format!("sync:{name}"), Default::default())?;
+        self.with_connection(move |c| {
+            in_transaction(c, |c| {
+                c.execute("DELETE FROM sluice.syncs WHERE name = ?", [&name]).map_err(db_error)?;
+                c.execute("DELETE FROM sluice.sync_runs WHERE sync = ?", [&name]).map_err(db_error)?;
+                sync_plan::reset(c, &name)
+            })
+        })
+        .await
+    }
+
+    /// A sync's stored secrets, by field path.
+    pub fn sync_secrets(&self, name: &str) -> Result<std::collections::BTreeMap<String, String>> {
+        Ok(self.secrets.load()?.remove(&format!("sync:{name}")).unwrap_or_default())
+    }
+
+    /// Replace a sync's secrets.
+    pub fn set_sync_secrets(&self, name: &str, secrets: std::collections::BTreeMap<String, String>) -> Result<()> {
+        self.secrets.set(&format!("sync:{name}"), secrets)
+    }
+
+    /// Compute what a run would send now.
+    pub async fn sync_plan(
+        &self,
+        sync: String,
+        sql: String,
+        mode: sluice_core::SyncMode,
+        keys: Vec<String>,
+    ) -> Result<Plan> {
+        self.with_connection(move |c| sync_plan::plan(c, &sync, &sql, mode, &keys)).await
+    }
+
+    /// Record a delivered plan's row hashes.
+    pub async fn sync_commit(&self, sync: String, plan: Plan) -> Result<()> {
+        self.with_connection(move |c| sync_plan::commit(c, &sync, &plan)).await
+    }
+
+    /// Forget a sync's hashes, so its next keyed run resends everything.
+    pub async fn sync_reset(&self, sync: String) -> Result<()> {
+        self.with_connection(move |c| sync_plan::reset(c, &sync)).await
+    }
+
+    /// Record that a run started.
+    pub async fn run_started(&self, run: RunRecord) -> Result<()> {
+        self.with_connection(move |c| {
+            c.execute(
+                "INSERT INTO sluice.sync_runs (id, sync, \"trigger\", status, started_at) VALUES (?, ?, ?, 'running', ?::TIMESTAMPTZ)",
+                params![run.id, run.sync, run.trigger, run.started_at],
+            )
+            .map_err(db_error)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Record how a run ended.
+    pub async fn run_finished(&self, run: RunRecord) -> Result<()> {
+        self.with_connection(move |c| {
+            c.execute(
+                "UPDATE sluice.sync_runs SET status = ?, finished_at = now(), duration_ms = ?, rows_sent = ?, \
+                 inserted = ?, updated = ?, deleted = ?, detect_ms = ?, error = ? WHERE id = ?",
+                params![
+                    run.status,
+                    run.duration_ms,
+                    run.rows_sent,
+                    run.inserted,
+                    run.updated,
+                    run.deleted,
+                    run.detect_ms,
+                    run.error,
+                    run.id
+                ],
+            )
+            .map_err(db_error)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The newest runs of a sync, newest first.
+    pub async fn runs(&self, sync: String, limit: usize) -> Result<Vec<RunRecord>> {
+        self.with_connection(move |c| {
+            let mut stmt = c
+                .prepare(&format!(
+                    "SELECT {RUN_COLUMNS} FROM sluice.sync_runs WHERE sync = ? ORDER BY started_at DESC LIMIT ?"
+                ))
+                .map_err(db_error)?;
+            let rows = stmt.query_map(params![sync, limit as i64], read_run).map_err(db_error)?;
+            rows.map(|r| r.map_err(db_error)).collect()
+        })
+        .await
+    }
+
+    /// One run by id.
+    pub async fn run(&self, id: String) -> Result<Option<RunRecord>> {
+        self.with_connection(move |c| {
+            let mut stmt =
+                c.prepare(&format!("SELECT {RUN_COLUMNS} FROM sluice.sync_runs WHERE id = ?")).map_err(db_error)?;
+            let mut rows = stmt.query_map([id], read_run).map_err(db_error)?;
+            rows.next().transpose().map_err(db_error)
+        })
+        .await
+    }
+
+    /// Mark runs left `running` by a process that died as failed (called at start).
+    pub async fn runs_interrupted(&self) -> Result<()> {
+        self.with_connection(|c| {
+            c.execute_batch(
+                "UPDATE sluice.sync_runs SET status = 'failed', finished_at = now(), \
+                 error = 'interrupted: the server stopped during the run; the next run resends it' \
+                 WHERE status = 'running'",
+            )
+            .map_err(db_error)
+        })
+        .await
+    }
+}
+
+/// Used by `Workspace::open`.
+pub(crate) fn bootstrap(conn: &Connection) -> Result<()> {
+    conn.execute_batch(BOOTSTRAP).map_err(db_error)
+}

@@ -1,0 +1,88 @@
+//! Reverse ETL: what a destination is handed for one run, and the trait every destination
+//! implements. Change detection happens before (in the workspace); a destination only applies.
+
+use std::fmt;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::Result;
+
+/// How a sync's result reaches its destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    /// The destination holds exactly the result, swapped in atomically where it allows.
+    #[default]
+    Replace,
+    /// The whole result is added.
+    Append,
+    /// Rows new or changed since the last successful run, matched on the key columns.
+    Upsert,
+    /// Upsert, plus deletes for the keys that disappeared.
+    Mirror,
+}
+
+impl SyncMode {
+    /// Whether this mode matches rows on key columns (and so keeps row hashes).
+    pub fn keyed(self) -> bool {
+        matches!(self, Self::Upsert | Self::Mirror)
+    }
+}
+
+impl fmt::Display for SyncMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Replace => "replace",
+            Self::Append => "append",
+            Self::Upsert => "upsert",
+            Self::Mirror => "mirror",
+        })
+    }
+}
+
+/// Everything one run sends.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The sync's name.
+    pub sync: String,
+    /// This run's id.
+    pub run_id: String,
+    /// The mode.
+    pub mode: SyncMode,
+    /// Key columns (upsert and mirror).
+    pub keys: Vec<String>,
+    /// The result's schema: every column the destination receives, in order.
+    pub schema: SchemaRef,
+    /// Replace and append: the whole result. Upsert and mirror: rows new or changed.
+    pub rows: Vec<RecordBatch>,
+    /// Mirror: the key columns of rows that disappeared.
+    pub deletes: Vec<RecordBatch>,
+}
+
+impl Delivery {
+    /// Rows to write (not counting deletes).
+    pub fn row_count(&self) -> usize {
+        self.rows.iter().map(RecordBatch::num_rows).sum()
+    }
+
+    /// Keys to delete.
+    pub fn delete_count(&self) -> usize {
+        self.deletes.iter().map(RecordBatch::num_rows).sum()
+    }
+}
+
+/// A place a sync delivers to: a database table, files, an HTTP API, and later Iceberg and Delta
+/// tables. A delivery either succeeds as a whole or returns an error; the caller commits row
+/// hashes only after success, so a failed run is resent in full.
+#[async_trait]
+pub trait Destination: Send {
+    /// Connect and check that the destination can be written (for example, that the
+    /// connection is not read-only), without writing anything.
+    async fn check(&mut self) -> Result<()>;
+
+    /// Apply one run's delivery.
+    async fn deliver(&mut self, delivery: &Delivery) -> Result<()>;
+}

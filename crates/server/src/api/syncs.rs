@@ -1,0 +1,188 @@
+//! Reverse ETL syncs: create, list, get, replace, delete, run, wait, preview, reset.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sluice_connectors::SyncConfig;
+
+use super::{ApiError, AppState};
+use crate::syncs::SyncEntry;
+
+fn describe(entry: &SyncEntry) -> Value {
+    let next = entry.config.schedule.as_ref().and_then(|s| s.next_after(chrono::Utc::now()).ok());
+    json!({
+        "id": entry.config.name,
+        "config": entry.config,
+        // Header values are secrets: only their names are ever shown.
+        "header_names": entry.config.header_names(),
+        "next_run_at": next.map(|t| t.to_rfc3339()),
+    })
+}
+
+fn no_sync(name: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, format!("no sync named '{name}'"))
+}
+
+fn parse(body: Value) -> Result<SyncConfig, ApiError> {
+    let config: SyncConfig = serde_json::from_value(body)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid sync: {e}")))?;
+    config.validate().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid sync: {e}")))?;
+    Ok(config)
+}
+
+/// Save after the query and destination checks: a refused query is a 400, an unreachable or
+/// read-only destination a 422.
+async fn save(state: &AppState, config: SyncConfig) -> Result<(), ApiError> {
+    state.syncs.save(config).await.map_err(|e| match e.kind() {
+        sluice_core::ErrorKind::Data => {
+            ApiError::new(StatusCode::BAD_REQUEST, format!("query refused: {}", e.message()))
+        }
+        sluice_core::ErrorKind::Config | sluice_core::ErrorKind::Connect => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("the destination is not ready: {e}"))
+        }
+        _ => e.into(),
+    })
+}
+
+/// `GET /api/syncs`
+pub async fn list(State(state): State<AppState>) -> Json<Value> {
+    let syncs: Vec<Value> = state.syncs.list().await.iter().map(|e| describe(e)).collect();
+    Json(json!({ "syncs": syncs }))
+}
+
+/// `POST /api/syncs`
+pub async fn create(
+    State(state): State<AppState>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let config = parse(body?.0)?;
+    if state.syncs.get(&config.name).await.is_some() {
+        return Err(ApiError::new(StatusCode::CONFLICT, format!("a sync named '{}' exists", config.name)));
+    }
+    let name = config.name.clone();
+    save(&state, config).await?;
+    let entry = state.syncs.get(&name).await.ok_or_else(|| no_sync(&name))?;
+    Ok((StatusCode::CREATED, Json(describe(&entry))))
+}
+
+/// `GET /api/syncs/{id}`
+pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let entry = state.syncs.get(&id).await.ok_or_else(|| no_sync(&id))?;
+    Ok(Json(describe(&entry)))
+}
+
+/// `PUT /api/syncs/{id}`: replace the config. Secrets left out are kept.
+pub async fn replace(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let mut body = body?.0;
+    if let Some(map) = body.as_object_mut() {
+        map.entry("name").or_insert(Value::String(id.clone()));
+    }
+    let mut config = parse(body)?;
+    if config.name != id {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "name: cannot be changed; create a new sync"));
+    }
+    let existing = state.syncs.get(&id).await.ok_or_else(|| no_sync(&id))?;
+    config.restore_secrets(&existing.config.secrets());
+    save(&state, config).await?;
+    let entry = state.syncs.get(&id).await.ok_or_else(|| no_sync(&id))?;
+    Ok(Json(describe(&entry)))
+}
+
+/// `DELETE /api/syncs/{id}`
+pub async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    if state.syncs.remove(&id).await? { Ok(StatusCode::NO_CONTENT) } else { Err(no_sync(&id)) }
+}
+
+/// Options of a run request.
+#[derive(Debug, Deserialize)]
+pub struct RunOptions {
+    /// Wait for the run to end (at most this many seconds) and return its record.
+    #[serde(default)]
+    wait_seconds: Option<u64>,
+}
+
+/// `POST /api/syncs/{id}/runs`: starts a run; 202 with its id, or its record when waited on.
+pub async fn run(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(options): Query<RunOptions>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    if state.syncs.get(&id).await.is_none() {
+        return Err(no_sync(&id));
+    }
+    let run_id = state.syncs.start(&id, "api").await?;
+    match options.wait_seconds {
+        Some(seconds) => {
+            let record = state.syncs.wait(&run_id, Duration::from_secs(seconds.min(3600))).await?;
+            Ok((StatusCode::OK, Json(json!(record))))
+        }
+        None => Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "run_id": run_id, "status": "running", "url": format!("/api/runs/{run_id}") })),
+        )),
+    }
+}
+
+/// `GET /api/syncs/{id}/runs`: the newest runs first.
+pub async fn runs(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    if state.syncs.get(&id).await.is_none() {
+        return Err(no_sync(&id));
+    }
+    let runs = state.syncs.workspace().runs(id, 100).await?;
+    Ok(Json(json!({ "runs": runs })))
+}
+
+/// `GET /api/runs/{run_id}?wait_seconds=N`: a run's record, after waiting for it to end.
+pub async fn run_status(
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    Query(options): Query<RunOptions>,
+) -> Result<Json<Value>, ApiError> {
+    let wait = Duration::from_secs(options.wait_seconds.unwrap_or(0).min(3600));
+    match state.syncs.wait(&run_id, wait).await? {
+        Some(record) => Ok(Json(json!(record))),
+        None => Err(ApiError::new(StatusCode::NOT_FOUND, format!("no run '{run_id}'"))),
+    }
+}
+
+/// Options of a preview.
+#[derive(Debug, Deserialize)]
+pub struct PreviewOptions {
+    #[serde(default = "default_sample")]
+    sample: usize,
+}
+
+fn default_sample() -> usize {
+    10
+}
+
+/// `GET /api/syncs/{id}/preview`: what the next run would send; nothing is sent.
+pub async fn preview(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(options): Query<PreviewOptions>,
+) -> Result<Json<Value>, ApiError> {
+    if state.syncs.get(&id).await.is_none() {
+        return Err(no_sync(&id));
+    }
+    let preview = state.syncs.preview(&id, options.sample.min(1000)).await?;
+    Ok(Json(json!(preview)))
+}
+
+/// `POST /api/syncs/{id}/reset`: forget the row hashes; the next run sends every row.
+pub async fn reset(State(state): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    if state.syncs.get(&id).await.is_none() {
+        return Err(no_sync(&id));
+    }
+    state.syncs.workspace().sync_reset(id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,319 @@
+//! Reverse ETL syncs: the registry, runs (by hand, from the API, on a schedule), and preview.
+//!
+//! A run: compute the plan on the workspace (the read-only SELECT and change detection), hand
+//! it to the destination, and only when the destination reports success replace the row hashes
+//! and record the run as succeeded. A run that fails leaves the hashes alone, so the next run
+//! sends the same rows again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+use sluice_connectors::workspace::{Plan, RunRecord, Workspace};
+use sluice_connectors::{SyncConfig, build_destination};
+use sluice_core::{Delivery, Error, ErrorKind, Result};
+use tokio::sync::{Mutex, RwLock};
+use tokio_util::sync::CancellationToken;
+
+/// One registered sync.
+pub struct SyncEntry {
+    /// Its config, secrets included (never serialized).
+    pub config: SyncConfig,
+    running: Mutex<()>,
+    schedule: CancellationToken,
+}
+
+/// All syncs of this server.
+#[derive(Clone)]
+pub struct Syncs {
+    workspace: Workspace,
+    entries: Arc<RwLock<HashMap<String, Arc<SyncEntry>>>>,
+}
+
+/// What a preview shows: counts, and a sample of each kind of change.
+#[derive(Debug, Serialize)]
+pub struct Preview {
+    /// Rows in the result.
+    pub total: u64,
+    /// Rows that would be inserted.
+    pub inserted: u64,
+    /// Rows that would be updated.
+    pub updated: u64,
+    /// Keys that would be deleted.
+    pub deleted: u64,
+    /// Up to `sample` rows of each kind, each with `_op`.
+    pub sample: Vec<serde_json::Map<String, Value>>,
+    /// Milliseconds of change detection.
+    pub detect_ms: u64,
+}
+
+impl Syncs {
+    /// The syncs of `workspace` (none loaded yet).
+    pub fn new(workspace: Workspace) -> Self {
+        Self { workspace, entries: Arc::default() }
+    }
+
+    /// Load the stored syncs and start their schedules. Runs left `running` by a process that
+    /// died are marked failed: their hashes were never replaced, so the next run resends.
+    pub async fn load_stored(&self) -> Result<()> {
+        self.workspace.runs_interrupted().await?;
+        for (name, stored) in self.workspace.syncs().await? {
+            let mut config: SyncConfig = serde_json::from_value(stored).map_err(|e| {
+                Error::new(ErrorKind::Config, format!("stored sync '{name}' is unreadable")).with_source(e)
+            })?;
+            config.restore_secrets(&self.workspace.sync_secrets(&name)?);
+            self.install(config).await;
+        }
+        Ok(())
+    }
+
+    /// Store a sync (created or replaced) after checking its query and destination.
+    pub async fn save(&self, config: SyncConfig) -> Result<()> {
+        config.validate()?;
+        let sql = config.query.clone();
+        self.workspace.with_connection(move |c| sluice_connectors::workspace::check_read_only(c, &sql)).await?;
+        build_destination(&config.destination)?.check().await?;
+        let stored = serde_json::to_value(&config)
+            .map_err(|e| Error::new(ErrorKind::Fatal, "cannot store the sync").with_source(e))?;
+        let previous = self.get(&config.name).await;
+        self.workspace.set_sync_secrets(&config.name, config.secrets())?;
+        self.workspace.save_sync(config.name.clone(), stored).await?;
+        // A different query, keys or destination makes the old hashes meaningless.
+        if let Some(previous) = previous
+            && (previous.config.query != config.query
+                || previous.config.keys != config.keys
+                || previous.config.destination != config.destination)
+        {
+            self.workspace.sync_reset(config.name.clone()).await?;
+        }
+        self.install(config).await;
+        Ok(())
+    }
+
+    async fn install(&self, config: SyncConfig) {
+        let entry = Arc::new(SyncEntry { config, running: Mutex::new(()), schedule: CancellationToken::new() });
+        if entry.config.schedule.is_some() {
+            tokio::spawn(schedule_loop(self.clone(), entry.clone()));
+        }
+        if let Some(old) = self.entries.write().await.insert(entry.config.name.clone(), entry) {
+            old.schedule.cancel();
+        }
+    }
+
+    /// Remove a sync, its hashes and runs. `false` when there was none.
+    pub async fn remove(&self, name: &str) -> Result<bool> {
+        let Some(entry) = self.entries.write().await.remove(name) else { return Ok(false) };
+        entry.schedule.cancel();
+        // Wait for a run in progress to end before its records go.
+        let _running = entry.running.lock().await;
+        self.workspace.delete_sync(name.to_string()).await?;
+        Ok(true)
+    }
+
+    /// A sync by name.
+    pub async fn get(&self, name: &str) -> Option<Arc<SyncEntry>> {
+        self.entries.read().await.get(name).cloned()
+    }
+
+    /// Every sync, by name.
+    pub async fn list(&self) -> Vec<Arc<SyncEntry>> {
+        let mut all: Vec<_> = self.entries.read().await.values().cloned().collect();
+        all.sort_by(|a, b| a.config.name.cmp(&b.config.name));
+        all
+    }
+
+    /// The workspace.
+    pub fn workspace(&self) -> &Workspace {
+        &self.workspace
+    }
+
+    /// Start a run in the background and return its id at once. Runs of one sync never
+    /// overlap: a second one waits for the first.
+    pub async fn start(&self, name: &str, trigger: &str) -> Result<String> {
+        let entry = self.get(name).await.ok_or_else(|| Error::new(ErrorKind::Config, format!("no sync '{name}'")))?;
+        let id = format!("run_{:016x}", rand::random::<u64>());
+        let record = RunRecord {
+            id: id.clone(),
+            sync: name.to_string(),
+            trigger: trigger.to_string(),
+            status: "running".into(),
+            started_at: chrono::Utc::now().to_rfc3339(),
+            finished_at: None,
+            duration_ms: None,
+            rows_sent: None,
+            inserted: None,
+            updated: None,
+            deleted: None,
+            detect_ms: None,
+            error: None,
+        };
+        self.workspace.run_started(record.clone()).await?;
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _running = entry.running.lock().await;
+            this.execute(&entry.config, record).await;
+        });
+        Ok(id)
+    }
+
+    /// Wait until a run has ended, or `timeout` passes; the record as it then stands.
+    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Option<RunRecord>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let record = self.workspace.run(id.to_string()).await?;
+            match &record {
+                Some(r) if !r.finished() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                _ => return Ok(record),
+            }
+        }
+    }
+
+    async fn execute(&self, config: &SyncConfig, mut record: RunRecord) {
+        let started = Instant::now();
+        let outcome = self.deliver(config, &record.id).await;
+        record.duration_ms = Some(started.elapsed().as_millis() as i64);
+        match outcome {
+            Ok(plan) => {
+                record.status = "succeeded".into();
+                record.rows_sent = Some((plan.inserted + plan.updated + plan.deleted) as i64);
+                record.inserted = Some(plan.inserted as i64);
+                record.updated = Some(plan.updated as i64);
+                record.deleted = Some(plan.deleted as i64);
+                record.detect_ms = Some(plan.detect_ms as i64);
+                tracing::info!(sync = %config.name, run = %record.id, sent = record.rows_sent, "Sync run succeeded.");
+            }
+            Err(e) => {
+                record.status = "failed".into();
+                record.error = Some(e.to_string());
+                tracing::warn!(sync = %config.name, run = %record.id, error = %e, "Sync run failed.");
+            }
+        }
+        if let Err(e) = self.workspace.run_finished(record).await {
+            tracing::error!(sync = %config.name, error = %e, "Cannot record the run's end.");
+        }
+    }
+
+    async fn deliver(&self, config: &SyncConfig, run_id: &str) -> Result<Plan> {
+        let plan = self.plan(config).await?;
+        let delivery = Delivery {
+            sync: config.name.clone(),
+            run_id: run_id.to_string(),
+            mode: config.mode,
+            keys: config.keys.clone(),
+            schema: plan.schema.clone(),
+            rows: plan.rows.clone(),
+            deletes: plan.deletes.clone(),
+        };
+        let mut destination = build_destination(&config.destination)?;
+        destination.deliver(&delivery).await?;
+        // Only now, after the destination said yes, do the hashes move.
+        self.workspace.sync_commit(config.name.clone(), plan.clone()).await?;
+        Ok(plan)
+    }
+
+    async fn plan(&self, config: &SyncConfig) -> Result<Plan> {
+        self.workspace.sync_plan(config.name.clone(), config.query.clone(), config.mode, config.keys.clone()).await
+    }
+
+    /// What the next run would send, without sending anything.
+    pub async fn preview(&self, name: &str, sample: usize) -> Result<Preview> {
+        let entry = self.get(name).await.ok_or_else(|| Error::new(ErrorKind::Config, format!("no sync '{name}'")))?;
+        let plan = self.plan(&entry.config).await?;
+        let mut rows = Vec::new();
+        let (mut inserts, mut updates) = (0, 0);
+        let flags: Vec<bool> = plan.is_new.iter().flat_map(|a| a.iter().map(|v| v.unwrap_or(true))).collect();
+        for (i, mut row) in json_rows(&plan.rows, 10_000)?.into_iter().enumerate() {
+            let new = flags.get(i).copied().unwrap_or(true);
+            let count = if new { &mut inserts } else { &mut updates };
+            if *count >= sample {
+                continue;
+            }
+            *count += 1;
+            row.insert("_op".into(), Value::String(if new { "insert" } else { "update" }.into()));
+            rows.push(row);
+            if inserts >= sample && updates >= sample {
+                break;
+            }
+        }
+        for (n, row) in json_rows(&plan.deletes, sample)?.into_iter().enumerate() {
+            if n >= sample {
+                break;
+            }
+            let mut row = row;
+            row.insert("_op".into(), Value::String("delete".into()));
+            rows.push(row);
+        }
+        Ok(Preview {
+            total: plan.total,
+            inserted: plan.inserted,
+            updated: plan.updated,
+            deleted: plan.deleted,
+            sample: rows,
+            detect_ms: plan.detect_ms,
+        })
+    }
+
+    /// Stop every schedule.
+    pub async fn stop_all(&self) {
+        for entry in self.entries.read().await.values() {
+            entry.schedule.cancel();
+        }
+    }
+}
+
+/// The first `limit` rows as JSON objects.
+fn json_rows(
+    batches: &[arrow::record_batch::RecordBatch],
+    limit: usize,
+) -> Result<Vec<serde_json::Map<String, Value>>> {
+    let mut out = Vec::new();
+    for batch in batches {
+        if out.len() >= limit {
+            break;
+        }
+        let batch = &batch.slice(0, batch.num_rows().min(limit - out.len()));
+        let mut writer = arrow::json::ArrayWriter::new(Vec::new());
+        writer.write(batch).map_err(|e| Error::new(ErrorKind::Fatal, "JSON").with_source(e))?;
+        writer.finish().map_err(|e| Error::new(ErrorKind::Fatal, "JSON").with_source(e))?;
+        let bytes = writer.into_inner();
+        if !bytes.is_empty() {
+            let rows: Vec<serde_json::Map<String, Value>> =
+                serde_json::from_slice(&bytes).map_err(|e| Error::new(ErrorKind::Fatal, "JSON").with_source(e))?;
+            out.extend(rows);
+        }
+    }
+    Ok(out)
+}
+
+/// Fire a sync's runs on its schedule until cancelled. A tick that finds the previous run
+/// still going is skipped, not queued.
+async fn schedule_loop(syncs: Syncs, entry: Arc<SyncEntry>) {
+    let Some(schedule) = entry.config.schedule.clone() else { return };
+    let name = entry.config.name.clone();
+    loop {
+        let now = chrono::Utc::now();
+        let next = match schedule.next_after(now) {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::error!(sync = %name, error = %e, "Schedule has no next time; it stops.");
+                return;
+            }
+        };
+        let wait = (next - now).to_std().unwrap_or_default();
+        tokio::select! {
+            _ = entry.schedule.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        if entry.running.try_lock().is_err() {
+            tracing::warn!(sync = %name, "Scheduled run skipped: the previous run is still going.");
+            continue;
+        }
+        if let Err(e) = syncs.start(&name, "schedule").await {
+            tracing::error!(sync = %name, error = %e, "Scheduled run did not start.");
+        }
+    }
+}

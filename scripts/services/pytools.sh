@@ -1,0 +1,15 @@
+# Sourced: one Python venv in the cache with moto 5.2.5 (an S3 server; 5.2.1 answers multipart
+# uploads wrongly) and the independent readers tests use to check files Sluice wrote
+# (duckdb and pyarrow).
+PYTOOLS_VENV="${SLUICE_CACHE:-$HOME/.cache/sluice}/tools/pytools-1"
+export PYTOOLS_PYTHON="$PYTOOLS_VENV/bin/python"
+export MOTO_SERVER="$PYTOOLS_VENV/bin/moto_server"
+if ! "$PYTOOLS_PYTHON" -c "import moto, duckdb, pyarrow" >/dev/null 2>&1; then
+  echo "sluice: installing moto 5.2.5, duckdb and pyarrow (PyPI)" >&2
+  if ! python3 -m venv "$PYTOOLS_VENV" >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+    python3 -m venv "$PYTOOLS_VENV"
+  fi
+  "$PYTOOLS_VENV/bin/pip" install -q "moto[server]==5.2.5" "duckdb==1.5.6" "pyarrow==26.0.0"
+fi
