@@ -61,15 +61,32 @@ impl Server {
 
     /// Start with extra arguments and environment variables.
     pub async fn start_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn(dir, extra, env, Stdio::inherit()).await
+    }
+
+    /// Start with debug logs written to `log`, so a test can search them.
+    pub async fn start_logged(dir: &Path, log: &Path) -> Self {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+        Self::spawn(dir, &["--log-format", "json"], &[("SLUICE_TEST_LOG", "debug")], Stdio::from(file)).await
+    }
+
+    async fn spawn(dir: &Path, extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Self {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
         let child = Command::new(BIN)
             .args(["serve", "--data-dir", dir.to_str().unwrap(), "--listen", &listen])
             .args(extra)
             .envs(env.iter().copied())
-            .env("RUST_LOG", std::env::var("SLUICE_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+            .env(
+                "RUST_LOG",
+                env.iter()
+                    .find(|(k, _)| *k == "SLUICE_TEST_LOG")
+                    .map(|(_, v)| v.to_string())
+                    .or_else(|| std::env::var("SLUICE_TEST_LOG").ok())
+                    .unwrap_or_else(|| "warn".into()),
+            )
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn sluice");
         let server = Self { child, base: format!("http://{listen}"), http: reqwest::Client::new() };
@@ -150,6 +167,22 @@ impl Server {
                     .join("|")
             })
             .collect()
+    }
+
+    /// Create a sync; (status, body).
+    pub async fn create_sync(&self, config: Value) -> (u16, Value) {
+        let r = self.http.post(self.url("/api/syncs")).json(&config).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Run a sync and wait for its record.
+    pub async fn run_sync(&self, name: &str) -> Value {
+        let r = self.http.post(self.url(&format!("/api/syncs/{name}/runs?wait_seconds=300"))).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let record: Value = r.json().await.unwrap();
+        assert_ne!(record["status"], "running", "{record}");
+        record
     }
 
     pub async fn count(&self, table: &str) -> i64 {

@@ -2,7 +2,10 @@
 
 mod broker;
 mod harness;
+mod http_target;
 mod kinesis_local;
+mod mariadb;
+mod moto;
 mod postgres;
 
 mod api;
@@ -14,4 +17,5 @@ mod kinesis;
 mod mirror;
 mod postgres_cdc;
 mod push;
+mod reverse_etl;
 mod schema;

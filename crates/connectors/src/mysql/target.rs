@@ -1,6 +1,6 @@
 //! A MySQL or MariaDB table as a reverse ETL destination. Rows go in as multi-row `INSERT`s of
-//! a few megabytes. Upserts and deletes run in one InnoDB transaction through a temporary
-//! staging table. Replace fills a new table and swaps it in with one atomic `RENAME TABLE`.
+//! a few megabytes. Every run is one InnoDB transaction: upserts and deletes go through a
+//! temporary staging table, and replace deletes and reloads.
 
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
@@ -51,8 +51,8 @@ impl MysqlTableConfig {
                 return Err(Error::config(&format!("destination.{field}"), "must not be empty"));
             }
         }
-        if self.table.len() > 54 {
-            return Err(Error::config("destination.table", "at most 54 characters (MySQL's limit, less a suffix)"));
+        if self.table.len() > 64 {
+            return Err(Error::config("destination.table", "at most 64 characters (MySQL's limit)"));
         }
         if self.read_only {
             return Err(Error::config(
@@ -123,25 +123,6 @@ async fn deliver(conn: &mut Conn, name: &str, delivery: &Delivery) -> Result<()>
     let keys: &[String] = if delivery.mode.keyed() { &delivery.keys } else { &[] };
     let columns = column_names(&delivery.schema);
     let existing = existing_columns(conn, name).await?;
-    if delivery.mode == SyncMode::Replace {
-        let fresh = D.quote(&format!("{name}__sluice_new"));
-        let old = D.quote(&format!("{name}__sluice_old"));
-        conn.query_drop(format!("DROP TABLE IF EXISTS {fresh}, {old}")).await.map_err(sql_error)?;
-        if existing.is_empty() {
-            conn.query_drop(D.create_table(&fresh, &delivery.schema, keys, false)).await.map_err(sql_error)?;
-        } else {
-            conn.query_drop(format!("CREATE TABLE {fresh} LIKE {table}")).await.map_err(sql_error)?;
-            add_missing(conn, &fresh, delivery, &existing).await?;
-        }
-        insert(conn, &fresh, &columns, &delivery.rows).await?;
-        let swap = if existing.is_empty() {
-            format!("RENAME TABLE {fresh} TO {table}")
-        } else {
-            format!("RENAME TABLE {table} TO {old}, {fresh} TO {table}")
-        };
-        conn.query_drop(swap).await.map_err(sql_error)?;
-        return conn.query_drop(format!("DROP TABLE IF EXISTS {old}")).await.map_err(sql_error);
-    }
     if existing.is_empty() {
         conn.query_drop(D.create_table(&table, &delivery.schema, keys, true)).await.map_err(sql_error)?;
     } else {
@@ -159,8 +140,15 @@ async fn deliver(conn: &mut Conn, name: &str, delivery: &Delivery) -> Result<()>
 }
 
 async fn apply(conn: &mut Conn, table: &str, columns: &[String], keys: &[String], delivery: &Delivery) -> Result<()> {
-    if delivery.mode == SyncMode::Append {
-        return insert(conn, table, columns, &delivery.rows).await;
+    match delivery.mode {
+        SyncMode::Append => return insert(conn, table, columns, &delivery.rows).await,
+        SyncMode::Replace => {
+            // DELETE, not TRUNCATE (which commits at once): readers keep the old rows until
+            // the new ones commit, and the table's triggers, grants and indexes stay.
+            conn.query_drop(format!("DELETE FROM {table}")).await.map_err(sql_error)?;
+            return insert(conn, table, columns, &delivery.rows).await;
+        }
+        SyncMode::Upsert | SyncMode::Mirror => {}
     }
     if delivery.row_count() > 0 {
         conn.query_drop(format!(

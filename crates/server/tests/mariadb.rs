@@ -1,0 +1,89 @@
+//! A throwaway MariaDB on a free 127.0.0.1 port (scripts/services/mariadb.sh installs the Debian
+//! packages), with an `etl` user owning the `etltest` database.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct MariaDb {
+    pub dir: PathBuf,
+    pub port: u16,
+    child: Child,
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run a MariaDB tool");
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl MariaDb {
+    pub fn start() -> Self {
+        let server = std::env::var("MARIADBD_BIN").unwrap_or_else(|_| "mariadbd".into());
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let dir = std::env::temp_dir().join(format!("sluice-my-{:x}", rand::random::<u64>()));
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        run(Command::new("chmod").arg("755").arg(&dir));
+        run(Command::new("chown").args(["-R", "mysql:mysql"]).arg(&dir));
+        run(Command::new("mariadb-install-db")
+            .args(["--no-defaults", "--user=mysql", "--auth-root-authentication-method=socket", "--skip-test-db"])
+            .arg(format!("--datadir={}", dir.join("data").display())));
+        let child = Command::new(server)
+            .args(["--no-defaults", "--user=mysql", "--bind-address=127.0.0.1", "--skip-name-resolve"])
+            .arg(format!("--datadir={}", dir.join("data").display()))
+            .arg(format!("--socket={}", dir.join("sock").display()))
+            .arg(format!("--pid-file={}", dir.join("pid").display()))
+            .arg(format!("--port={port}"))
+            .args(["--character-set-server=utf8mb4", "--collation-server=utf8mb4_unicode_ci"])
+            .args(["--innodb-buffer-pool-size=64M", "--innodb-flush-log-at-trx-commit=2"])
+            .arg(format!("--log-error={}", dir.join("error.log").display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start mariadbd");
+        let db = Self { dir, port, child };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !Command::new("mariadb-admin")
+            .args(["--no-defaults", "-uroot", "ping"])
+            .arg(format!("--socket={}", db.dir.join("sock").display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            assert!(Instant::now() < deadline, "MariaDB did not start: see {}", db.dir.join("error.log").display());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        db.admin(
+            "CREATE DATABASE etltest; CREATE USER 'etl'@'%' IDENTIFIED BY 'etl'; \
+             GRANT ALL PRIVILEGES ON etltest.* TO 'etl'@'%';",
+        );
+        db
+    }
+
+    /// SQL as root over the socket.
+    pub fn admin(&self, sql: &str) -> String {
+        run(Command::new("mariadb")
+            .args(["--no-defaults", "--default-character-set=utf8mb4", "-uroot", "-N", "-B", "-e", sql])
+            .arg(format!("--socket={}", self.dir.join("sock").display())))
+    }
+
+    /// Rows of `sql` on `etltest` as `etl` over TCP, tab-separated values joined with `|`.
+    pub fn lines(&self, sql: &str) -> Vec<String> {
+        run(Command::new("mariadb")
+            .args(["--no-defaults", "--default-character-set=utf8mb4", "-h", "127.0.0.1", "-uetl", "-petl"])
+            .arg(format!("-P{}", self.port))
+            .args(["-N", "-B", "etltest", "-e", sql]))
+        .lines()
+        .map(|l| l.replace('\t', "|"))
+        .collect()
+    }
+}
+
+impl Drop for MariaDb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
