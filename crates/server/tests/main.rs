@@ -18,4 +18,6 @@ mod mirror;
 mod postgres_cdc;
 mod push;
 mod reverse_etl;
+mod reverse_etl_files;
+mod reverse_etl_http;
 mod schema;

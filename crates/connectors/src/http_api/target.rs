@@ -234,7 +234,10 @@ pub fn idempotency_key(sync: &str, run_id: &str, batch_no: usize) -> String {
 fn json_arrays(batches: &[RecordBatch], size: usize, flag: Option<&str>) -> Result<Vec<Vec<u8>>> {
     let mut rows: Vec<serde_json::Value> = Vec::new();
     for batch in batches {
-        let mut writer = arrow::json::ArrayWriter::new(Vec::new());
+        // Explicit nulls: an API must see a field that became NULL, not a field left out.
+        let mut writer = arrow::json::WriterBuilder::new()
+            .with_explicit_nulls(true)
+            .build::<_, arrow::json::writer::JsonArray>(Vec::new());
         writer.write(batch).map_err(json_error)?;
         writer.finish().map_err(json_error)?;
         let bytes = writer.into_inner();
