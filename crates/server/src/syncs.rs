@@ -198,7 +198,9 @@ impl Syncs {
     }
 
     async fn deliver(&self, config: &SyncConfig, run_id: &str) -> Result<Plan> {
+        let started = Instant::now();
         let plan = self.plan(config).await?;
+        let planned = started.elapsed();
         let delivery = Delivery {
             sync: config.name.clone(),
             run_id: run_id.to_string(),
@@ -210,8 +212,18 @@ impl Syncs {
         };
         let mut destination = build_destination(&config.destination)?;
         destination.deliver(&delivery).await?;
+        let delivered = started.elapsed();
         // Only now, after the destination said yes, do the hashes move.
         self.workspace.sync_commit(config.name.clone(), plan.clone()).await?;
+        tracing::info!(
+            sync = %config.name,
+            run = run_id,
+            plan_ms = planned.as_millis() as u64,
+            detect_ms = plan.detect_ms,
+            deliver_ms = (delivered - planned).as_millis() as u64,
+            commit_ms = (started.elapsed() - delivered).as_millis() as u64,
+            "Sync run phases."
+        );
         Ok(plan)
     }
 

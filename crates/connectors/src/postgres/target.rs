@@ -176,27 +176,47 @@ async fn existing_columns(tx: &Transaction<'_>, schema: &str, table: &str) -> Re
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// `COPY` batches into `table`, a few megabytes per message.
+/// `COPY` batches into `table`, a few megabytes per message. A blocking thread renders the
+/// text while the previous chunk travels, so rendering and Postgres's own parsing overlap.
 async fn copy(
     tx: &Transaction<'_>,
     table: &str,
     columns: &[String],
     batches: &[arrow::record_batch::RecordBatch],
 ) -> Result<()> {
+    const CHUNK: usize = 4 << 20;
     let statement = format!("COPY {table} ({}) FROM STDIN", Dialect::Postgres.list(columns));
     let sink = tx.copy_in::<_, Bytes>(&statement).await.map_err(sql_error)?;
     futures_util::pin_mut!(sink);
-    let mut text = String::with_capacity(1 << 22);
-    for batch in batches {
-        Literals::new(batch, Dialect::Postgres)?.write_copy(&mut text)?;
-        if text.len() >= 1 << 22 {
-            sink.send(Bytes::from(std::mem::take(&mut text))).await.map_err(sql_error)?;
-            text.reserve(1 << 22);
+    let (chunks, mut rendered) = tokio::sync::mpsc::channel::<Result<Bytes>>(2);
+    let batches = batches.to_vec();
+    let renderer = tokio::task::spawn_blocking(move || {
+        let mut text = String::with_capacity(CHUNK + (CHUNK >> 2));
+        for batch in &batches {
+            // Slices keep one chunk near CHUNK bytes whatever the batch size.
+            let mut start = 0;
+            while start < batch.num_rows() {
+                let len = (batch.num_rows() - start).min(8_192);
+                if let Err(e) =
+                    Literals::new(&batch.slice(start, len), Dialect::Postgres).and_then(|l| l.write_copy(&mut text))
+                {
+                    let _ = chunks.blocking_send(Err(e));
+                    return;
+                }
+                start += len;
+                if text.len() >= CHUNK && chunks.blocking_send(Ok(Bytes::from(std::mem::take(&mut text)))).is_err() {
+                    return;
+                }
+            }
         }
+        if !text.is_empty() {
+            let _ = chunks.blocking_send(Ok(Bytes::from(text)));
+        }
+    });
+    while let Some(chunk) = rendered.recv().await {
+        sink.send(chunk?).await.map_err(sql_error)?;
     }
-    if !text.is_empty() {
-        sink.send(Bytes::from(text)).await.map_err(sql_error)?;
-    }
+    renderer.await.map_err(|e| Error::new(ErrorKind::Fatal, "COPY rendering panicked").with_source(e))?;
     sink.finish().await.map_err(sql_error)?;
     Ok(())
 }

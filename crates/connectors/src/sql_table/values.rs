@@ -2,6 +2,7 @@
 //! Timestamps with a zone are written in UTC with their offset (Postgres) or as UTC wall time
 //! (MySQL's DATETIME has no zone).
 
+use std::fmt::Write;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray};
@@ -75,7 +76,8 @@ impl Literals {
         Ok(())
     }
 
-    /// Append the batch as Postgres `COPY … (FORMAT text)` rows.
+    /// Append the batch as Postgres `COPY … (FORMAT text)` rows. Strings are escaped from
+    /// their bytes; other values are formatted straight into `out`, with no copy per cell.
     pub(crate) fn write_copy(&self, out: &mut String) -> Result<()> {
         self.for_each_row(|row, cells| {
             for (i, (array, format)) in cells.iter().enumerate() {
@@ -92,17 +94,11 @@ impl Literals {
                         out.push_str("\\\\x");
                         out.push_str(&hex::encode(binary(array, row)));
                     }
+                    DataType::Utf8 => escape_copy(array.as_string::<i32>().value(row), out),
+                    DataType::LargeUtf8 => escape_copy(array.as_string::<i64>().value(row), out),
+                    DataType::Utf8View => escape_copy(array.as_string_view().value(row), out),
                     _ => {
-                        let text = format.value(row).to_string();
-                        for ch in text.chars() {
-                            match ch {
-                                '\\' => out.push_str("\\\\"),
-                                '\n' => out.push_str("\\n"),
-                                '\r' => out.push_str("\\r"),
-                                '\t' => out.push_str("\\t"),
-                                c => out.push(c),
-                            }
-                        }
+                        let _ = write!(out, "{}", format.value(row));
                     }
                 }
             }
@@ -128,6 +124,23 @@ impl Literals {
             out.push(')');
             Ok(())
         })
+    }
+}
+
+/// A string in `COPY` text format: backslash, newline, carriage return and tab escaped.
+fn escape_copy(text: &str, out: &mut String) {
+    if !text.bytes().any(|b| matches!(b, b'\\' | b'\n' | b'\r' | b'\t')) {
+        out.push_str(text);
+        return;
+    }
+    for ch in text.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
     }
 }
 

@@ -4,13 +4,13 @@
 //!
 //! The SELECT is checked by DuckDB's parser (one SELECT or WITH statement) and runs inside a
 //! transaction that is always rolled back, so nothing it does can persist. Row hashes are kept
-//! per sync in `sluice."hashes__<sync>"` as (key JSON, md5 of the row's JSON).
+//! per sync in `sluice."hashes__<sync>"`: the key columns, typed, and DuckDB's 64-bit hash of
+//! the row.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::{AsArray, BooleanArray};
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use duckdb::Connection;
 use sluice_core::{Error, ErrorKind, Result, SyncMode};
@@ -38,10 +38,10 @@ pub struct Plan {
     pub deleted: u64,
     /// Milliseconds spent on change detection (hashing and comparing).
     pub detect_ms: u64,
-    /// (key, hash) of rows in `rows`, and the keys of `deletes`: what a successful delivery
-    /// records.
+    /// The key columns.
+    keys: Vec<String>,
+    /// Key columns and hash of the rows in `rows`: what a successful delivery records.
     changed_hashes: Vec<RecordBatch>,
-    gone_keys: Vec<RecordBatch>,
 }
 
 /// The table of a sync's row hashes.
@@ -53,13 +53,61 @@ pub(crate) fn hash_table(sync: &str) -> String {
 pub fn plan(conn: &Connection, sync: &str, sql: &str, mode: SyncMode, keys: &[String]) -> Result<Plan> {
     check_read_only(conn, sql)?;
     let hashes = hash_table(sync);
-    conn.execute_batch(&format!("CREATE TABLE IF NOT EXISTS {hashes} (key VARCHAR NOT NULL, hash UBIGINT NOT NULL)"))
-        .map_err(db_error)?;
+    if mode.keyed() {
+        // Binding only (nothing runs): the key columns' types, for the hash table.
+        let body = sql.trim().trim_end_matches(';');
+        let columns = describe(conn, &format!("SELECT * FROM (\n{body}\n)"))?;
+        let projection = columns.iter().map(|(name, ty)| project(name, ty)).collect::<Vec<_>>().join(", ");
+        let out = describe(conn, &format!("SELECT {projection} FROM (\n{body}\n) r"))?;
+        key_types(&out, keys).and_then(|typed| ensure_hash_table(conn, sync, &typed))?;
+    }
     conn.execute_batch("BEGIN TRANSACTION").map_err(db_error)?;
     let result = plan_in(conn, &hashes, sql, mode, keys);
     // Always rolled back: the user's SELECT may not leave anything behind.
     let _ = conn.execute_batch("ROLLBACK");
     result
+}
+
+/// The key columns with their types, or an error naming the missing one.
+fn key_types(columns: &[(String, String)], keys: &[String]) -> Result<Vec<(String, String)>> {
+    if keys.is_empty() {
+        return Err(Error::config("keys", "upsert and mirror need at least one key column"));
+    }
+    keys.iter()
+        .map(|key| {
+            columns.iter().find(|(c, _)| c == key).cloned().ok_or_else(|| {
+                let names = columns.iter().map(|(c, _)| c.as_str()).collect::<Vec<_>>().join(", ");
+                Error::new(
+                    ErrorKind::Data,
+                    format!("key column '{key}' is not in the query's result (columns: {names})"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The hash table holds the key columns, typed as in the result, and the row hash. When the
+/// key types changed, the old hashes cannot be matched: they are dropped, and every row is
+/// sent again.
+fn ensure_hash_table(conn: &Connection, sync: &str, keys: &[(String, String)]) -> Result<()> {
+    let hashes = hash_table(sync);
+    let mut wanted: Vec<(String, String)> = keys.to_vec();
+    wanted.push(("__sluice_hash".into(), "UBIGINT".into()));
+    let exists: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
+            [SCHEMA.to_string(), format!("hashes__{sync}")],
+            |r| r.get(0),
+        )
+        .map_err(db_error)?;
+    if exists > 0 {
+        if describe(conn, &format!("SELECT * FROM {hashes}"))? == wanted {
+            return Ok(());
+        }
+        tracing::warn!(sync, "The key columns changed type; every row will be sent again.");
+    }
+    let columns = wanted.iter().map(|(n, t)| format!("{} {t}", quote(n))).collect::<Vec<_>>().join(", ");
+    conn.execute_batch(&format!("DROP TABLE IF EXISTS {hashes}; CREATE TABLE {hashes} ({columns})")).map_err(db_error)
 }
 
 fn plan_in(conn: &Connection, hashes: &str, sql: &str, mode: SyncMode, keys: &[String]) -> Result<Plan> {
@@ -85,39 +133,46 @@ fn plan_in(conn: &Connection, hashes: &str, sql: &str, mode: SyncMode, keys: &[S
             updated: 0,
             deleted: 0,
             detect_ms: 0,
+            keys: Vec::new(),
             changed_hashes: Vec::new(),
-            gone_keys: Vec::new(),
         });
     }
     let started = Instant::now();
-    check_keys(conn, &columns, keys)?;
-    let key_json = keys.iter().map(|k| format!("'{}', o.{}", k.replace('\'', "''"), quote(k))).collect::<Vec<_>>();
-    // The hash is of the row's JSON text: stable across DuckDB versions, unlike hash().
-    conn.execute_batch(&format!(
-        "CREATE TEMP TABLE __sluice_keyed AS SELECT o.*, json_object({})::VARCHAR AS __sluice_key, \
-         md5_number_lower(to_json(o)::VARCHAR) AS __sluice_hash FROM __sluice_out o",
-        key_json.join(", ")
-    ))
-    .map_err(db_error)?;
+    check_keys(conn, keys)?;
+    // DuckDB's own 64-bit hash of the whole row: seven times faster than an md5 of its JSON
+    // (measured: 0.07 s against 0.5 s for 1M rows). Hashes are only compared per key, so 64
+    // bits leave a 2^-64 chance that a change goes unseen. Should a DuckDB upgrade change the
+    // function, every row looks changed once and is resent: more work, never a lost change.
+    conn.execute_batch("CREATE TEMP TABLE __sluice_keyed AS SELECT o.*, hash(o) AS __sluice_hash FROM __sluice_out o")
+        .map_err(db_error)?;
     let n = columns.len();
+    let on = key_match(keys);
     let changed = arrow_rows(
         conn,
         &format!(
-            "SELECT k.*, h.hash IS NULL AS __sluice_new FROM __sluice_keyed k LEFT JOIN {hashes} h \
-             ON h.key = k.__sluice_key WHERE h.hash IS DISTINCT FROM k.__sluice_hash"
+            "SELECT k.*, h.__sluice_hash IS NULL AS __sluice_new FROM __sluice_keyed k LEFT JOIN {hashes} h \
+             ON {on} WHERE h.__sluice_hash IS DISTINCT FROM k.__sluice_hash"
         ),
     )?;
+    let mut key_columns: Vec<usize> = keys.iter().filter_map(|k| columns.iter().position(|(c, _)| c == k)).collect();
+    key_columns.push(n);
     let (mut rows, mut changed_hashes, mut is_new, mut inserted) = (Vec::new(), Vec::new(), Vec::new(), 0u64);
     for batch in &changed {
         rows.push(batch.project(&(0..n).collect::<Vec<_>>()).map_err(arrow_error)?);
-        changed_hashes.push(batch.project(&[n, n + 1]).map_err(arrow_error)?);
-        let new: &BooleanArray = batch.column(n + 2).as_boolean();
+        changed_hashes.push(batch.project(&key_columns).map_err(arrow_error)?);
+        let new: &BooleanArray = batch.column(n + 1).as_boolean();
         inserted += new.true_count() as u64;
         is_new.push(new.clone());
     }
     let changed_count: u64 = rows.iter().map(|b| b.num_rows() as u64).sum();
-    let (deletes, gone_keys) =
-        if mode == SyncMode::Mirror { gone(conn, hashes, &columns, keys)? } else { Default::default() };
+    let deletes = if mode == SyncMode::Mirror {
+        arrow_rows(
+            conn,
+            &format!("SELECT h.* EXCLUDE (__sluice_hash) FROM {hashes} h ANTI JOIN __sluice_keyed k ON {on}"),
+        )?
+    } else {
+        Vec::new()
+    };
     let deleted = deletes.iter().map(|b| b.num_rows() as u64).sum();
     let schema = schema_of(conn, "SELECT * FROM __sluice_out", &rows)?;
     Ok(Plan {
@@ -130,80 +185,46 @@ fn plan_in(conn: &Connection, hashes: &str, sql: &str, mode: SyncMode, keys: &[S
         updated: changed_count - inserted,
         deleted,
         detect_ms: started.elapsed().as_millis() as u64,
+        keys: keys.to_vec(),
         changed_hashes,
-        gone_keys,
     })
 }
 
-/// Keys delivered before and absent now: their key columns (typed as in the result) and JSON.
-fn gone(
-    conn: &Connection,
-    hashes: &str,
-    columns: &[(String, String)],
-    keys: &[String],
-) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
-    let batches = arrow_rows(
-        conn,
-        &format!(
-            "SELECT unnest(json_transform(g.key, {shape})), g.key FROM \
-             (SELECT h.key FROM {hashes} h ANTI JOIN __sluice_keyed k ON k.__sluice_key = h.key) g",
-            shape = quote_literal(&json_shape(keys, columns)),
-        ),
-    )?;
-    let n = keys.len();
-    let mut deletes = Vec::new();
-    let mut gone_keys = Vec::new();
-    for batch in &batches {
-        deletes.push(batch.project(&(0..n).collect::<Vec<_>>()).map_err(arrow_error)?);
-        gone_keys.push(batch.project(&[n]).map_err(arrow_error)?);
-    }
-    Ok((deletes, gone_keys))
-}
-
-/// The JSON structure `json_transform` expects for the key columns.
-fn json_shape(keys: &[String], columns: &[(String, String)]) -> String {
-    let mut shape = serde_json::Map::new();
-    for k in keys {
-        let ty = columns.iter().find(|(c, _)| c == k).map(|(_, t)| t.clone()).unwrap_or_else(|| "VARCHAR".into());
-        shape.insert(k.clone(), serde_json::Value::String(ty));
-    }
-    serde_json::Value::Object(shape).to_string()
-}
-
-fn quote_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
+/// `h.k = k.k AND …` over the key columns.
+fn key_match(keys: &[String]) -> String {
+    keys.iter().map(|k| format!("h.{q} = k.{q}", q = quote(k))).collect::<Vec<_>>().join(" AND ")
 }
 
 /// After a successful delivery: replace the hashes of the rows sent and forget the keys deleted.
 pub fn commit(conn: &Connection, sync: &str, plan: &Plan) -> Result<()> {
-    if plan.changed_hashes.is_empty() && plan.gone_keys.is_empty() {
+    if plan.changed_hashes.is_empty() && plan.deletes.is_empty() {
         return Ok(());
     }
     let hashes = hash_table(sync);
-    let stage = format!("{SCHEMA}.{}", quote(&format!("hash_stage__{sync}")));
     let stage_name = format!("hash_stage__{sync}");
+    let stage = format!("{SCHEMA}.{}", quote(&stage_name));
+    let key_names: Vec<&str> = plan.keys.iter().map(String::as_str).collect();
+    let on = key_match(&plan.keys).replace("k.", "s.");
     in_transaction(conn, |c| {
-        c.execute_batch(&format!("CREATE OR REPLACE TABLE {stage} (key VARCHAR NOT NULL, hash UBIGINT)"))
+        c.execute_batch(&format!("CREATE OR REPLACE TABLE {stage} AS SELECT * FROM {hashes} LIMIT 0"))
             .map_err(db_error)?;
         {
-            let mut appender =
-                c.appender_with_columns_to_db(&stage_name, SCHEMA, &["key", "hash"]).map_err(db_error)?;
+            let mut appender = c.appender_to_db(&stage_name, SCHEMA).map_err(db_error)?;
             for batch in &plan.changed_hashes {
-                let renamed = rename(batch, &["key", "hash"])?;
-                appender.append_record_batch(renamed).map_err(db_error)?;
+                appender.append_record_batch(batch.clone()).map_err(db_error)?;
             }
             appender.flush().map_err(db_error)?;
         }
         {
-            let mut appender = c.appender_with_columns_to_db(&stage_name, SCHEMA, &["key"]).map_err(db_error)?;
-            for batch in &plan.gone_keys {
-                appender.append_record_batch(rename(batch, &["key"])?).map_err(db_error)?;
+            let mut appender = c.appender_with_columns_to_db(&stage_name, SCHEMA, &key_names).map_err(db_error)?;
+            for batch in &plan.deletes {
+                appender.append_record_batch(batch.clone()).map_err(db_error)?;
             }
             appender.flush().map_err(db_error)?;
         }
         c.execute_batch(&format!(
-            "DELETE FROM {hashes} WHERE key IN (SELECT key FROM {stage});
-             INSERT INTO {hashes} SELECT key, hash FROM {stage} WHERE hash IS NOT NULL;
+            "DELETE FROM {hashes} h USING {stage} s WHERE {on};
+             INSERT INTO {hashes} SELECT * FROM {stage} WHERE __sluice_hash IS NOT NULL;
              DROP TABLE {stage};"
         ))
         .map_err(db_error)
@@ -213,12 +234,6 @@ pub fn commit(conn: &Connection, sync: &str, plan: &Plan) -> Result<()> {
 /// Forget every hash of a sync (its next keyed run sends every row).
 pub fn reset(conn: &Connection, sync: &str) -> Result<()> {
     conn.execute_batch(&format!("DROP TABLE IF EXISTS {}", hash_table(sync))).map_err(db_error)
-}
-
-fn rename(batch: &RecordBatch, names: &[&str]) -> Result<RecordBatch> {
-    let fields: Vec<_> =
-        batch.schema().fields().iter().zip(names).map(|(f, n)| f.as_ref().clone().with_name(*n)).collect();
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), batch.columns().to_vec()).map_err(arrow_error)
 }
 
 /// Column names and DuckDB types of a query, without running it.
@@ -280,19 +295,7 @@ fn project(name: &str, ty: &str) -> String {
     }
 }
 
-fn check_keys(conn: &Connection, columns: &[(String, String)], keys: &[String]) -> Result<()> {
-    if keys.is_empty() {
-        return Err(Error::config("keys", "upsert and mirror need at least one key column"));
-    }
-    for key in keys {
-        if !columns.iter().any(|(c, _)| c == key) {
-            let names = columns.iter().map(|(c, _)| c.as_str()).collect::<Vec<_>>().join(", ");
-            return Err(Error::new(
-                ErrorKind::Data,
-                format!("key column '{key}' is not in the query's result (columns: {names})"),
-            ));
-        }
-    }
+fn check_keys(conn: &Connection, keys: &[String]) -> Result<()> {
     let cols = keys.iter().map(|k| quote(k)).collect::<Vec<_>>().join(", ");
     let nulls = keys.iter().map(|k| format!("{} IS NULL", quote(k))).collect::<Vec<_>>().join(" OR ");
     let (null_rows, duplicates): (i64, i64) = conn
