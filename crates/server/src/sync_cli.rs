@@ -52,7 +52,7 @@ pub async fn run(command: SyncCommand, server: SocketAddr) -> Result<(), String>
             println!("{table}");
         }
         SyncCommand::Run { name, no_wait } => {
-            let wait = if no_wait { String::new() } else { "?wait_seconds=3600".into() };
+            let wait = if no_wait { "?trigger=manual" } else { "?trigger=manual&wait_seconds=3600" };
             let body = call(reqwest::Client::new().post(format!("{base}/{name}/runs{wait}")), server).await?;
             println!("{}", serde_json::to_string_pretty(&body).map_err(|e| e.to_string())?);
             if body["status"] == "failed" {

@@ -58,6 +58,8 @@ trait Db {
     fn rows(&self, table: &str) -> Vec<String>;
     /// The declared types of amount and ts.
     fn types(&self, table: &str) -> Vec<String>;
+    /// The name of row `id`, as hex of its UTF-8 bytes.
+    fn name_hex(&self, table: &str, id: i64) -> String;
     /// Make every insert or update of a row named 'boom' fail.
     fn arm_failure(&self, table: &str);
     fn disarm(&self, table: &str);
@@ -79,6 +81,9 @@ impl Db for Postgres {
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = '{table}'::regclass \
              AND attname IN ('amount', 'ts', 'name') ORDER BY attname"
         ))
+    }
+    fn name_hex(&self, table: &str, id: i64) -> String {
+        self.lines(&format!("SELECT encode(convert_to(name, 'UTF8'), 'hex') FROM {table} WHERE id = {id}")).concat()
     }
     fn arm_failure(&self, table: &str) {
         self.sql(&format!(
@@ -107,6 +112,9 @@ impl Db for MariaDb {
             "SELECT column_type FROM information_schema.columns WHERE table_schema = 'etltest' AND table_name = '{table}' \
              AND column_name IN ('amount', 'ts', 'name') ORDER BY column_name"
         ))
+    }
+    fn name_hex(&self, table: &str, id: i64) -> String {
+        self.lines(&format!("SELECT lower(hex(name)) FROM {table} WHERE id = {id}")).concat()
     }
     fn arm_failure(&self, table: &str) {
         for event in ["INSERT", "UPDATE"] {
@@ -150,6 +158,10 @@ impl Db for Sqlite {
             "for r in c.execute(\"SELECT type FROM pragma_table_info('{table}') WHERE name IN ('amount','ts','name') ORDER BY name\"):\n    print(r[0])"
         ))
     }
+    fn name_hex(&self, table: &str, id: i64) -> String {
+        self.py(&format!("print(c.execute('SELECT lower(hex(name)) FROM {table} WHERE id = {id}').fetchone()[0])"))
+            .concat()
+    }
     fn arm_failure(&self, table: &str) {
         self.py(&format!(
             "c.executescript(\"CREATE TRIGGER boom_i BEFORE INSERT ON {table} WHEN NEW.name = 'boom' BEGIN SELECT RAISE(ABORT, 'boom refused'); END; \
@@ -182,6 +194,7 @@ async fn every_mode(db: &dyn Db, prefix: &str, types: &[&str]) {
         assert_eq!(counts(&server.run_sync(&table).await), (3, 0, 0), "{mode}: first run");
         assert_eq!(db.rows(&table), [ROW1, ROW2, ROW3], "{mode}: first run");
         assert_eq!(db.types(&table), types, "{mode}: column types");
+        assert!(body["config"]["destination"].get("password").is_none(), "the password came back: {body}");
     }
 
     push(&server, &key, second_events(), 6).await;
@@ -229,6 +242,21 @@ async fn every_mode(db: &dyn Db, prefix: &str, types: &[&str]) {
         let rows = db.rows(&table);
         assert!(rows.contains(&"1|99.0000|héllo 😀|2024-01-01 08:00:00.000000".to_string()), "{mode}: {rows:?}");
         assert!(rows.iter().any(|r| r.starts_with("5|5.0000|boom|")), "{mode}: {rows:?}");
+    }
+    // Characters that text formats and SQL literals must escape arrive unchanged.
+    let tricky = "tab\there\nnew line\\back\rslash 'single' \"double\" `tick` %s ? 😀";
+    push(
+        &server,
+        &key,
+        json!([{"id": 9, "version": 1, "amount": 0, "name": tricky, "ts": "2024-01-01T00:00:00Z", "gone": false}]),
+        9,
+    )
+    .await;
+    for mode in ["replace", "upsert"] {
+        let table = format!("{prefix}_{mode}");
+        assert_eq!(server.run_sync(&table).await["status"], "succeeded");
+        let want: String = tricky.bytes().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(db.name_hex(&table, 9), want, "{mode}");
     }
     let (status, runs) = server.get(&format!("/api/syncs/{prefix}_mirror/runs")).await;
     assert_eq!(status, 200);

@@ -63,7 +63,7 @@ async fn local_files_in_every_format_and_mode() {
     assert!(schema.contains("ts: timestamp[us, tz="), "{schema}");
 
     // Mirror writes one change file per run, with _sluice_op; append one full file per run.
-    for mode in ["mirror", "append"] {
+    for mode in ["mirror", "append", "upsert"] {
         let (status, body) = server
             .create_sync(json!({"name": mode, "query": QUERY, "mode": mode, "keys": ["id"],
                                 "destination": {"kind": "files", "location": out, "format": "parquet"}}))
@@ -72,7 +72,7 @@ async fn local_files_in_every_format_and_mode() {
         assert_eq!(server.run_sync(mode).await["status"], "succeeded");
     }
     push(&server, &key, second_events(), 6).await;
-    for mode in ["mirror", "append"] {
+    for mode in ["mirror", "append", "upsert"] {
         assert_eq!(server.run_sync(mode).await["status"], "succeeded");
     }
     // Nothing changed: mirror writes no empty file.
@@ -83,6 +83,12 @@ async fn local_files_in_every_format_and_mode() {
         out.display()
     ));
     assert_eq!(changes.trim(), "('delete', 1, '3')\n('upsert', 5, '1,2,2,3,4')");
+    let upserts = py(&format!(
+        "import duckdb\nprint(duckdb.sql(\"SELECT string_agg(DISTINCT _sluice_op, ',') || ' ' || string_agg(id::VARCHAR, ',' ORDER BY id) \
+         FROM read_parquet('{}/upsert/*.parquet')\").fetchone()[0])",
+        out.display()
+    ));
+    assert_eq!(upserts.trim(), "upsert 1,2,2,3,4", "upsert never deletes");
     let files = std::fs::read_dir(out.join("append")).unwrap().count();
     assert_eq!(files, 2);
     let total = py(&format!(

@@ -108,6 +108,9 @@ pub struct RunOptions {
     /// Wait for the run to end (at most this many seconds) and return its record.
     #[serde(default)]
     wait_seconds: Option<u64>,
+    /// How the run is recorded: `api` (default) or `manual` (the CLI).
+    #[serde(default)]
+    trigger: Option<String>,
 }
 
 /// `POST /api/syncs/{id}/runs`: starts a run; 202 with its id, or its record when waited on.
@@ -119,7 +122,14 @@ pub async fn run(
     if state.syncs.get(&id).await.is_none() {
         return Err(no_sync(&id));
     }
-    let run_id = state.syncs.start(&id, "api").await?;
+    let trigger = match options.trigger.as_deref() {
+        None | Some("api") => "api",
+        Some("manual") => "manual",
+        Some(other) => {
+            return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("trigger: '{other}' is not api or manual")));
+        }
+    };
+    let run_id = state.syncs.start(&id, trigger).await?;
     match options.wait_seconds {
         Some(seconds) => {
             let record = state.syncs.wait(&run_id, Duration::from_secs(seconds.min(3600))).await?;
