@@ -53,6 +53,15 @@ pub struct TableWrite {
     pub data: RecordBatch,
     /// For a mirrored table: what each row is (upsert or delete, in which order).
     pub mirror: Option<MirrorWrite>,
+    /// Rows of a snapshot copy, appended as they are (unless `mirror` is also set).
+    pub snapshot: Option<SnapshotWrite>,
+}
+
+/// A write of snapshot rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotWrite {
+    /// Empty the table first: a new copy of it begins.
+    pub clear: bool,
 }
 
 /// What the rows of a mirrored table's write mean, one entry per row.
@@ -159,6 +168,8 @@ pub enum Payload {
     Bytes(bytes::Bytes),
     /// A parsed JSON value.
     Json(Value),
+    /// Rows of a table snapshot in PostgreSQL's `COPY` text format.
+    Copy(CopyRows),
     /// Input that is not a JSON object; it goes to the ledger with its reason.
     Invalid {
         /// The raw text.
@@ -166,6 +177,28 @@ pub enum Payload {
         /// Why it was refused.
         reason: String,
     },
+}
+
+/// Rows of one source table in PostgreSQL's `COPY … TO STDOUT` text format (tab-separated,
+/// `\N` for NULL, backslash escapes), printed with `TimeZone` UTC and `DateStyle` ISO. A
+/// snapshot's rows are copies of a consistent state, so they are appended as they are instead
+/// of being merged by key like changes.
+#[derive(Debug, Clone)]
+pub struct CopyRows {
+    /// The columns, in field order, with the type each gets in a new table.
+    pub columns: std::sync::Arc<Vec<(String, ColumnType)>>,
+    /// The source table's key columns.
+    pub keys: Vec<String>,
+    /// Source database, schema and table (for `[db]`, `[schema]` and `[table]`).
+    pub db: String,
+    /// Source schema.
+    pub schema: String,
+    /// Source table.
+    pub table: String,
+    /// The first rows of a new copy of the table: what the destination held is removed first.
+    pub clear: bool,
+    /// The text.
+    pub data: bytes::Bytes,
 }
 
 /// Metadata a source may know about a record.

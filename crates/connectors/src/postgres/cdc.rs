@@ -286,8 +286,16 @@ impl Cdc {
 
     /// Hand a chunk of records to the run loop; false once the stream is gone.
     pub(super) async fn send(&self, records: Vec<Record>, progress: &Progress) -> bool {
-        let bytes = records.len() * 64;
-        let chunk = Chunk { records, bytes, position: position(progress), arrived: Instant::now(), flush: false };
+        let bytes = records
+            .iter()
+            .map(|r| match &r.payload {
+                Payload::Copy(rows) => rows.data.len(),
+                _ => 64,
+            })
+            .sum();
+        // A snapshot chunk is already a large batch: written at once, it overlaps the next read.
+        let flush = records.iter().any(|r| matches!(r.payload, Payload::Copy(_)));
+        let chunk = Chunk { records, bytes, position: position(progress), arrived: Instant::now(), flush };
         self.tx.send(Ok(chunk)).await.is_ok()
     }
 }

@@ -53,7 +53,7 @@ fn yes() -> bool {
 }
 
 fn default_chunk() -> u32 {
-    10_000
+    50_000
 }
 
 /// TLS to the server.

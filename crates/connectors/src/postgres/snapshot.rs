@@ -2,13 +2,14 @@
 //! when there is one. Progress (tables done, last key copied) is stored with each chunk, so a
 //! restart resumes the copy; the stream from the slot's start then brings the rows up to date.
 
-use serde_json::json;
-use sluice_core::{Error, ErrorKind, Result};
+use std::sync::Arc;
 
-use super::cdc::{Cdc, Progress, RelationInfo, change};
+use futures_util::StreamExt;
+use sluice_core::{ColumnType, CopyRows, Error, ErrorKind, Payload, Record, RecordMeta, Result};
+
+use super::cdc::{Cdc, Progress, RelationInfo};
 use super::config::sql_error;
-use super::pgoutput::Cell;
-use super::values::Types;
+use super::values::{TypeInfo, Types};
 
 fn quote_literal(v: &str) -> String {
     format!("'{}'", v.replace('\'', "''"))
@@ -72,6 +73,13 @@ impl Cdc {
                 .await
                 .map_err(|e| sql_error("using the slot's snapshot", &e))?;
         }
+        // The text forms the decoder reads: instants in UTC, ISO dates, bytea as hex.
+        client
+            .batch_execute(
+                "SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, YMD'; SET LOCAL bytea_output = 'hex'",
+            )
+            .await
+            .map_err(|e| sql_error("setting up the snapshot session", &e))?;
         let total: f64 = client
             .query_one(
                 "SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::float8 FROM pg_class c JOIN pg_namespace n \
@@ -83,7 +91,7 @@ impl Cdc {
             .unwrap_or(0.0);
         let mut types = Types::default();
         let mut copied_rows = 0u64;
-        let start_lsn = progress.start_lsn.unwrap_or(0);
+        let started = std::time::Instant::now();
         for table in tables {
             if progress.copied.contains(table) {
                 continue;
@@ -93,9 +101,12 @@ impl Cdc {
             let mut after: Option<Vec<String>> =
                 progress.copying.as_ref().filter(|(t, _)| t == table).map(|(_, k)| k.clone());
             tracing::info!(table = %table, after = ?after, "Copying.");
-            let cols: Vec<String> = relation.columns.iter().map(|c| format!("t.{}::text", quote_ident(&c.0))).collect();
-            // Qualified: the text casts in the select list keep the column names, and ordering by
-            // the text would break the keyset.
+            let spec = copy_columns(&relation);
+            let exprs: Vec<&str> = spec.iter().map(|c| c.2.as_str()).collect();
+            let columns = Arc::new(spec.iter().map(|c| (c.0.clone(), c.1)).collect::<Vec<_>>());
+            let key_fields: Vec<usize> =
+                relation.key.iter().filter_map(|k| relation.columns.iter().position(|c| &c.0 == k)).collect();
+            // Qualified, so that ordering uses the columns and not the select list's texts.
             let keys: Vec<String> = relation.key.iter().map(|k| format!("t.{}", quote_ident(k))).collect();
             loop {
                 let filter = match &after {
@@ -112,36 +123,42 @@ impl Cdc {
                     None => String::new(),
                 };
                 let sql = format!(
-                    "SELECT {} FROM {}.{} AS t {filter} ORDER BY {} LIMIT {}",
-                    cols.join(", "),
+                    "COPY (SELECT {} FROM {}.{} AS t {filter} ORDER BY {} LIMIT {}) TO STDOUT",
+                    exprs.join(", "),
                     quote_ident(schema),
                     quote_ident(name),
                     keys.join(", "),
                     self.config.snapshot_chunk_rows
                 );
-                let rows = client.query(&sql, &[]).await.map_err(|e| sql_error(&format!("copying {table}"), &e))?;
-                tracing::debug!(table = %table, rows = rows.len(), "Copied a chunk.");
-                let mut records = Vec::with_capacity(rows.len());
-                for row in &rows {
-                    let cells: Vec<Cell> = (0..relation.columns.len())
-                        .map(|i| row.get::<_, Option<String>>(i).map_or(Cell::Null, Cell::Text))
-                        .collect();
-                    let source = json!({"connector": "postgresql", "db": self.config.database, "schema": schema,
-                                        "table": name, "lsn": start_lsn, "snapshot": "true"});
-                    records.push(change("r", &relation, None, Some(relation.image(&cells)), source));
+                let stream = client.copy_out(&sql).await.map_err(|e| sql_error(&format!("copying {table}"), &e))?;
+                futures_util::pin_mut!(stream);
+                let mut data = bytes::BytesMut::new();
+                while let Some(part) = stream.next().await {
+                    data.extend_from_slice(&part.map_err(|e| sql_error(&format!("copying {table}"), &e))?);
                 }
-                let last: Option<Vec<String>> = rows.last().map(|row| {
-                    relation
-                        .key
-                        .iter()
-                        .map(|k| {
-                            let i = relation.columns.iter().position(|c| &c.0 == k).unwrap_or(0);
-                            row.get::<_, Option<String>>(i).unwrap_or_default()
-                        })
-                        .collect()
-                });
-                let done = rows.len() < self.config.snapshot_chunk_rows as usize;
-                copied_rows += rows.len() as u64;
+                let data = data.freeze();
+                let count = data.iter().filter(|b| **b == b'\n').count();
+                tracing::debug!(table = %table, rows = count, "Copied a chunk.");
+                let last = last_key(&data, &key_fields);
+                let records = vec![Record {
+                    payload: Payload::Copy(CopyRows {
+                        columns: columns.clone(),
+                        keys: relation.key.clone(),
+                        db: self.config.database.clone(),
+                        schema: schema.to_string(),
+                        table: name.to_string(),
+                        clear: after.is_none(),
+                        data,
+                    }),
+                    meta: RecordMeta {
+                        received_us: sluice_core::batch::now_us(),
+                        route: Some(relation.name.clone()),
+                        ..RecordMeta::default()
+                    },
+                }];
+                let rows = count;
+                let done = rows < self.config.snapshot_chunk_rows as usize;
+                copied_rows += rows as u64;
                 if done {
                     progress.copied.push(table.clone());
                     progress.copying = None;
@@ -162,9 +179,81 @@ impl Cdc {
             }
         }
         self.metrics.set_source("snapshot_percent", 100.0);
+        tracing::info!(rows = copied_rows, ms = started.elapsed().as_millis() as u64, "Snapshot read.");
         let _ = client.batch_execute("COMMIT").await;
         Ok(())
     }
+}
+
+/// Each column's name, the type it gets in the workspace (the same the streamed changes give
+/// it, see `values.rs`), and the expression that prints it for `COPY`.
+fn copy_columns(relation: &RelationInfo) -> Vec<(String, ColumnType, String)> {
+    relation
+        .columns
+        .iter()
+        .map(|(name, info, typmod)| {
+            let column = format!("t.{}", quote_ident(name));
+            if info.category == 'A' {
+                return (name.clone(), ColumnType::Json, format!("to_json({column})"));
+            }
+            (name.clone(), column_type(info, *typmod), column)
+        })
+        .collect()
+}
+
+fn column_type(info: &TypeInfo, typmod: i32) -> ColumnType {
+    let typmod = if typmod >= 0 { typmod } else { info.typmod };
+    match info.name.as_str() {
+        "bool" => ColumnType::Boolean,
+        "int2" | "int4" | "int8" | "oid" => ColumnType::Bigint,
+        "float4" | "float8" => ColumnType::Double,
+        "numeric" if typmod >= 4 => {
+            let scale = ((typmod - 4) & 0xffff) as u8;
+            let precision = ((typmod - 4) >> 16) & 0xffff;
+            if (1..=38).contains(&precision) {
+                ColumnType::Decimal(precision as u8, scale)
+            } else {
+                ColumnType::Varchar
+            }
+        }
+        "numeric" => ColumnType::Double,
+        "uuid" => ColumnType::Uuid,
+        "json" | "jsonb" => ColumnType::Json,
+        "date" => ColumnType::Date,
+        "timestamp" => ColumnType::Timestamp,
+        "timestamptz" => ColumnType::Timestamptz,
+        "time" => ColumnType::Time,
+        "bytea" => ColumnType::Blob,
+        _ => ColumnType::Varchar,
+    }
+}
+
+/// The key fields of the last row of a `COPY` chunk, unescaped, for the next keyset filter.
+fn last_key(data: &[u8], key_fields: &[usize]) -> Option<Vec<String>> {
+    let text = std::str::from_utf8(data.strip_suffix(b"\n").unwrap_or(data)).ok()?;
+    let line = text.rsplit('\n').next().filter(|l| !l.is_empty())?;
+    let fields: Vec<&str> = line.split('\t').collect();
+    key_fields.iter().map(|i| fields.get(*i).map(|f| unescape_copy(f))).collect()
+}
+
+/// A `COPY` text field without its backslash escapes.
+fn unescape_copy(field: &str) -> String {
+    let mut out = String::with_capacity(field.len());
+    let mut chars = field.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some(other) => out.push(other),
+            None => {}
+        }
+    }
+    out
 }
 
 /// The SQL type of key column `k`, for the typed literal of a keyset filter.

@@ -82,8 +82,8 @@ pub(crate) fn value(info: &TypeInfo, typmod: i32, text: &str) -> Value {
         "numeric" if typmod >= 4 => {
             let scale = (typmod - 4) & 0xffff;
             let precision = ((typmod - 4) >> 16) & 0xffff;
-            if precision <= 38 && text.parse::<f64>().is_ok_and(f64::is_finite) {
-                typed(Value::String(text.to_string()), &format!("DECIMAL(38,{scale})"))
+            if (1..=38).contains(&precision) && text.parse::<f64>().is_ok_and(f64::is_finite) {
+                typed(Value::String(text.to_string()), &format!("DECIMAL({precision},{scale})"))
             } else {
                 Value::String(text.to_string())
             }

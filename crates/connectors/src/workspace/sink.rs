@@ -94,6 +94,10 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit) -> Result<()> {
                 history_ddl(conn, &write.table, change)?;
             }
         }
+        if write.snapshot.is_some_and(|s| s.clear) {
+            // A new copy of the table begins: what an earlier copy left goes.
+            conn.execute_batch(&format!("DELETE FROM main.{table}")).map_err(db_error)?;
+        }
         if let Some(mirror) = &write.mirror {
             if mirror.history {
                 // A stream that turns history on for an existing table.

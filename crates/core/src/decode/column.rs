@@ -34,9 +34,9 @@ impl ColumnBuilder {
             ColumnType::Blob => Self::Bytes(BinaryBuilder::new()),
             ColumnType::Timestamptz => Self::Micros(TimestampMicrosecondBuilder::new().with_timezone("UTC")),
             ColumnType::Date => Self::Days(Date32Builder::new()),
-            ColumnType::Decimal(scale) => Self::Decimal(
+            ColumnType::Decimal(precision, scale) => Self::Decimal(
                 Decimal128Builder::new()
-                    .with_precision_and_scale(38, scale as i8)
+                    .with_precision_and_scale(precision, scale as i8)
                     .unwrap_or_else(|_| Decimal128Builder::new()),
             ),
         }

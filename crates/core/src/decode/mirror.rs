@@ -35,7 +35,7 @@ impl Decoder {
                 out.rejects.push(reject(raw, reason));
                 return Ok(());
             }
-            Payload::Bytes(_) => return Err(Error::new(ErrorKind::Fatal, "nested raw payload")),
+            Payload::Bytes(_) | Payload::Copy(_) => return Err(Error::new(ErrorKind::Fatal, "nested raw payload")),
         };
         let raw = || serde_json::to_string(&event).unwrap_or_default();
         let raw_text = if self.changes.format == Format::Debezium { Some(raw()) } else { None };
@@ -69,6 +69,8 @@ impl Decoder {
             history: self.changes.history,
             ..MirrorWrite::default()
         });
+        // Snapshot rows earlier in this batch become `snapshot` changes of the merge.
+        builder.pad_mirror();
         let ctx = Ctx { table: &table, meta, seq };
         let Change { op, image, before, change_us, source, source_order, .. } = change;
         let moved_from = before.filter(|b| keys.iter().any(|k| b.get(k.as_str()) != image.get(k.as_str())));

@@ -7,6 +7,7 @@
 
 pub mod change;
 mod column;
+mod copy;
 mod mirror;
 
 use std::collections::HashMap;
@@ -16,7 +17,7 @@ use serde_json::{Map, Value};
 
 pub use change::{ChangeConfig, Format, Mode};
 
-use crate::batch::{MirrorWrite, Payload, Record, RecordMeta, Reject, TableWrite};
+use crate::batch::{MirrorWrite, Payload, Record, RecordMeta, Reject, SnapshotWrite, TableWrite};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::json::decode_bytes;
 use crate::schema::{Column, ColumnType, Fit, SchemaChange, TableSchema, fit, kind_of};
@@ -118,6 +119,10 @@ impl Decoder {
             let table = self.table_for(&record.meta);
             let payloads = match record.payload {
                 Payload::Bytes(raw) => decode_bytes(&raw),
+                Payload::Copy(rows) => {
+                    self.copy_rows(&record.meta, rows, &mut builders, &mut order, &mut out)?;
+                    continue;
+                }
                 other => vec![other],
             };
             for payload in payloads {
@@ -140,7 +145,9 @@ impl Decoder {
                     Payload::Json(other) => {
                         out.rejects.push(ctx.reject(None, None, other.to_string(), "expected a JSON object"));
                     }
-                    Payload::Bytes(_) => return Err(Error::new(ErrorKind::Fatal, "nested raw payload")),
+                    Payload::Bytes(_) | Payload::Copy(_) => {
+                        return Err(Error::new(ErrorKind::Fatal, "nested raw payload"));
+                    }
                 }
             }
         }
@@ -235,6 +242,8 @@ struct TableBuilder {
     empty_rows: Vec<(i64, RecordMeta)>,
     /// For a mirrored table: the change each row carries.
     mirror: Option<MirrorWrite>,
+    /// Snapshot rows (from a `COPY`) are in this batch.
+    snapshot: Option<SnapshotWrite>,
 }
 
 impl TableBuilder {
@@ -249,6 +258,7 @@ impl TableBuilder {
             path: String::new(),
             empty_rows: Vec::new(),
             mirror: None,
+            snapshot: None,
         }
     }
 
@@ -476,7 +486,13 @@ impl TableBuilder {
             .map_err(|e| Error::new(ErrorKind::Fatal, "could not build a batch").with_source(e))?;
         let mut schema = self.schema;
         schema.set_exists();
-        let write = TableWrite { table: table.to_string(), changes: self.changes, data, mirror: self.mirror };
+        let write = TableWrite {
+            table: table.to_string(),
+            changes: self.changes,
+            data,
+            mirror: self.mirror,
+            snapshot: self.snapshot,
+        };
         Ok((Some(write), schema, rejects))
     }
 }

@@ -123,7 +123,7 @@ mod tests {
             .map(|p| match p {
                 Payload::Json(_) => "ok",
                 Payload::Invalid { .. } => "bad",
-                Payload::Bytes(_) => "bytes",
+                Payload::Bytes(_) | Payload::Copy(_) => "bytes",
             })
             .collect()
     }

@@ -111,9 +111,9 @@ pub fn fit(ty: ColumnType, value: &Value) -> Fit<'_> {
             Some(days) => Fit::Days(days),
             None => Fit::Misfit("not a YYYY-MM-DD date"),
         },
-        (ColumnType::Decimal(scale), Value::Number(n)) => decimal(&n.to_string(), scale),
-        (ColumnType::Decimal(scale), Value::String(s)) => decimal(s, scale),
-        (ColumnType::Decimal(_), _) => Fit::Misfit("not a decimal number"),
+        (ColumnType::Decimal(precision, scale), Value::Number(n)) => decimal(&n.to_string(), precision, scale),
+        (ColumnType::Decimal(precision, scale), Value::String(s)) => decimal(s, precision, scale),
+        (ColumnType::Decimal(..), _) => Fit::Misfit("not a decimal number"),
         (ColumnType::Timestamp, Value::String(s)) => match parse_timestamp(s).or_else(|| parse_naive(s)) {
             Some(us) => Fit::Micros(us),
             None => Fit::Misfit("not a date and time"),
@@ -139,11 +139,114 @@ pub fn fit(ty: ColumnType, value: &Value) -> Fit<'_> {
     }
 }
 
-/// Decimal text (`-12.5`, `3e2` is refused) scaled to `scale` places.
-fn decimal(text: &str, scale: u8) -> Fit<'static> {
+/// Decide how PostgreSQL's text output of a value (as `COPY` prints it, with `TimeZone` UTC and
+/// `DateStyle` ISO) goes into a column of type `ty`. The text is borrowed where it can be.
+pub fn fit_text(ty: ColumnType, text: &str) -> Fit<'_> {
+    match ty {
+        ColumnType::Boolean => match text {
+            "t" | "true" => Fit::Bool(true),
+            "f" | "false" => Fit::Bool(false),
+            _ => Fit::Misfit("not a boolean"),
+        },
+        ColumnType::Bigint => match text.parse::<i64>() {
+            Ok(i) => Fit::Int(i),
+            Err(_) => match text.parse::<f64>() {
+                Ok(f) if f.is_finite() => Fit::Widen(f),
+                _ => Fit::Misfit("integer out of range for BIGINT"),
+            },
+        },
+        ColumnType::Double => match text.parse::<f64>() {
+            Ok(f) => Fit::Float(f),
+            Err(_) => Fit::Misfit("not a number"),
+        },
+        ColumnType::Varchar | ColumnType::Json => Fit::Text(Cow::Borrowed(text)),
+        ColumnType::Timestamptz => match pg_timestamp(text, true) {
+            Some(us) => Fit::Micros(us),
+            None => Fit::Misfit("not a timestamp with time zone"),
+        },
+        ColumnType::Timestamp => match pg_timestamp(text, false) {
+            Some(us) => Fit::Micros(us),
+            None => Fit::Misfit("not a date and time"),
+        },
+        ColumnType::Date => match text.as_bytes() {
+            [_, _, _, _, b'-', _, _, b'-', _, _] => match civil_days(text) {
+                Some(days) => Fit::Days(days),
+                None => Fit::Misfit("not a YYYY-MM-DD date"),
+            },
+            _ => Fit::Misfit("not a YYYY-MM-DD date"),
+        },
+        ColumnType::Decimal(precision, scale) => decimal(text, precision, scale),
+        ColumnType::Uuid if is_uuid(text) => Fit::Text(Cow::Borrowed(text)),
+        ColumnType::Uuid => Fit::Misfit("not a UUID"),
+        ColumnType::Time | ColumnType::Blob => fit(ty, &Value::String(text.to_string())).into_owned(),
+    }
+}
+
+/// Days since the epoch of the `YYYY-MM-DD` at the start of `s`.
+fn civil_days(s: &str) -> Option<i32> {
+    let b = s.as_bytes();
+    let n = |r: std::ops::Range<usize>| -> Option<u32> {
+        b.get(r)?.iter().try_fold(0u32, |acc, d| d.is_ascii_digit().then(|| acc * 10 + u32::from(d - b'0')))
+    };
+    let date = NaiveDate::from_ymd_opt(i32::try_from(n(0..4)?).ok()?, n(5..7)?, n(8..10)?)?;
+    Some(chrono::Datelike::num_days_from_ce(&date) - 719_163)
+}
+
+/// `YYYY-MM-DD HH:MM:SS[.ffffff][+HH[:MM[:SS]]]` as microseconds (UTC when `zoned`).
+fn pg_timestamp(s: &str, zoned: bool) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || b[10] != b' ' || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let n = |r: std::ops::Range<usize>| -> Option<i64> {
+        b.get(r)?.iter().try_fold(0i64, |acc, d| d.is_ascii_digit().then(|| acc * 10 + i64::from(d - b'0')))
+    };
+    let days = i64::from(civil_days(s)?);
+    let (h, m, sec) = (n(11..13)?, n(14..16)?, n(17..19)?);
+    if h > 23 || m > 59 || sec > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut micros = 0i64;
+    if b.get(i) == Some(&b'.') {
+        let start = i + 1;
+        i = start;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        let digits = &s[start..i];
+        if digits.is_empty() || digits.len() > 6 {
+            return None;
+        }
+        micros = digits.parse::<i64>().ok()? * 10i64.pow(6 - digits.len() as u32);
+    }
+    let mut offset = 0i64;
+    if zoned {
+        let sign = match b.get(i) {
+            Some(b'+') => 1,
+            Some(b'-') => -1,
+            _ => return None,
+        };
+        let parts: Vec<&str> = s.get(i + 1..)?.split(':').collect();
+        if parts.is_empty() || parts.len() > 3 || parts.iter().any(|p| p.len() != 2) {
+            return None;
+        }
+        let units = [3600, 60, 1];
+        for (p, unit) in parts.iter().zip(units) {
+            offset += p.parse::<i64>().ok()? * unit;
+        }
+        offset *= sign;
+    } else if i != b.len() {
+        return None;
+    }
+    Some(((days * 86_400 + h * 3600 + m * 60 + sec) - offset) * 1_000_000 + micros)
+}
+
+/// Decimal text (`-12.5`, `3e2` is refused) scaled to `scale` places, within `precision` digits.
+fn decimal(text: &str, precision: u8, scale: u8) -> Fit<'static> {
     match parse_decimal(text, scale) {
-        Some(v) => Fit::Decimal(v),
-        None => Fit::Misfit("not a decimal that fits DECIMAL(38) at the column's scale"),
+        Some(v) if v.unsigned_abs() < 10u128.pow(u32::from(precision.min(38))) => Fit::Decimal(v),
+        _ => Fit::Misfit("not a decimal that fits the column's precision and scale"),
     }
 }
 
@@ -221,10 +324,53 @@ fn parse_date(s: &str) -> Option<i32> {
     i32::try_from((date - epoch).num_days()).ok()
 }
 
+impl Fit<'_> {
+    /// The same decision, owning its text.
+    pub fn into_owned(self) -> Fit<'static> {
+        match self {
+            Fit::Null => Fit::Null,
+            Fit::Bool(b) => Fit::Bool(b),
+            Fit::Int(i) => Fit::Int(i),
+            Fit::Float(f) => Fit::Float(f),
+            Fit::Text(t) => Fit::Text(Cow::Owned(t.into_owned())),
+            Fit::Micros(us) => Fit::Micros(us),
+            Fit::Days(d) => Fit::Days(d),
+            Fit::Decimal(d) => Fit::Decimal(d),
+            Fit::Bytes(b) => Fit::Bytes(b),
+            Fit::Widen(f) => Fit::Widen(f),
+            Fit::Misfit(r) => Fit::Misfit(r),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn postgres_text() {
+        assert_eq!(fit_text(ColumnType::Timestamptz, "1970-01-01 00:00:01.5+00"), Fit::Micros(1_500_000));
+        assert_eq!(
+            fit_text(ColumnType::Timestamptz, "2024-01-01 10:00:00+02"),
+            fit_text(ColumnType::Timestamptz, "2024-01-01 08:00:00+00")
+        );
+        assert_eq!(fit_text(ColumnType::Timestamptz, "1969-12-31 23:59:59.999999+00"), Fit::Micros(-1));
+        assert_eq!(
+            fit_text(ColumnType::Timestamptz, "2024-01-01 05:30:00+05:30"),
+            fit_text(ColumnType::Timestamptz, "2024-01-01 00:00:00+00")
+        );
+        assert!(matches!(fit_text(ColumnType::Timestamptz, "infinity"), Fit::Misfit(_)));
+        assert_eq!(fit_text(ColumnType::Timestamp, "1970-01-02 00:00:00"), Fit::Micros(86_400_000_000));
+        assert!(matches!(fit_text(ColumnType::Timestamp, "1970-01-02 00:00:00+00"), Fit::Misfit(_)));
+        assert_eq!(fit_text(ColumnType::Date, "1970-01-11"), Fit::Days(10));
+        assert!(matches!(fit_text(ColumnType::Date, "2024-02-30"), Fit::Misfit(_)));
+        assert_eq!(fit_text(ColumnType::Bigint, "-42"), Fit::Int(-42));
+        assert_eq!(fit_text(ColumnType::Boolean, "t"), Fit::Bool(true));
+        assert_eq!(fit_text(ColumnType::Decimal(4, 2), "12.5"), Fit::Decimal(1250));
+        assert!(matches!(fit_text(ColumnType::Decimal(4, 2), "123.5"), Fit::Misfit(_)));
+        assert_eq!(fit_text(ColumnType::Blob, "\\x0aff"), Fit::Bytes(vec![10, 255]));
+    }
 
     #[test]
     fn kinds() {

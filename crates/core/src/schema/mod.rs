@@ -3,7 +3,7 @@
 mod infer;
 mod table;
 
-pub use infer::{Fit, ValueKind, fit, kind_of};
+pub use infer::{Fit, ValueKind, fit, fit_text, kind_of};
 pub use table::{Column, SchemaChange, TableSchema};
 
 use arrow::datatypes::{DataType, TimeUnit};
@@ -27,8 +27,9 @@ pub enum ColumnType {
     Date,
     /// Arrays and values nested deeper than the flattening depth, kept as JSON text.
     Json,
-    /// Exact decimal, precision 38, with this scale (Debezium's `Decimal` logical type).
-    Decimal(u8),
+    /// Exact decimal with this precision (1-38) and scale: a Postgres `numeric(p,s)`, or
+    /// Debezium's `Decimal` logical type (precision 38).
+    Decimal(u8, u8),
     /// Date and time without a zone (Debezium's `Timestamp`, `MicroTimestamp`, …).
     Timestamp,
     /// Time of day (Debezium's `Time`, `MicroTime`, …).
@@ -54,7 +55,9 @@ impl ColumnType {
             Self::Time => "TIME",
             Self::Uuid => "UUID",
             Self::Blob => "BLOB",
-            Self::Decimal(scale) => return std::borrow::Cow::Owned(format!("DECIMAL(38,{scale})")),
+            Self::Decimal(precision, scale) => {
+                return std::borrow::Cow::Owned(format!("DECIMAL({precision},{scale})"));
+            }
         })
     }
 
@@ -74,8 +77,12 @@ impl ColumnType {
             "UUID" => Self::Uuid,
             "BLOB" => Self::Blob,
             other => {
-                let scale = other.strip_prefix("DECIMAL(38,")?.strip_suffix(')')?;
-                Self::Decimal(scale.trim().parse().ok()?)
+                let (precision, scale) = other.strip_prefix("DECIMAL(")?.strip_suffix(')')?.split_once(',')?;
+                let (precision, scale): (u8, u8) = (precision.trim().parse().ok()?, scale.trim().parse().ok()?);
+                if !(1..=38).contains(&precision) || scale > precision {
+                    return None;
+                }
+                Self::Decimal(precision, scale)
             }
         })
     }
@@ -93,7 +100,7 @@ impl ColumnType {
             Self::Blob => DataType::Binary,
             Self::Timestamptz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             Self::Date => DataType::Date32,
-            Self::Decimal(scale) => DataType::Decimal128(38, scale as i8),
+            Self::Decimal(precision, scale) => DataType::Decimal128(precision, scale as i8),
         }
     }
 }
