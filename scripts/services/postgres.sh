@@ -6,3 +6,8 @@ if [ ! -x "$PG_BIN/initdb" ]; then
   apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql-15 postgresql-client-15 >/dev/null
 fi
+# openssl: the TLS test makes a throwaway CA and server certificate.
+if ! command -v openssl >/dev/null 2>&1; then
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssl >/dev/null
+fi

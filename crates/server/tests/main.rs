@@ -16,6 +16,7 @@ mod kafka_faults;
 mod kinesis;
 mod mirror;
 mod postgres_cdc;
+mod postgres_tls;
 mod push;
 mod reverse_etl;
 mod reverse_etl_files;

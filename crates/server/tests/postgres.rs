@@ -90,6 +90,31 @@ impl Postgres {
 }
 
 impl Postgres {
+    /// Turn TLS on: a throwaway CA signs a certificate for 127.0.0.1, and TCP connections
+    /// without TLS are refused (replication ones too). Returns the CA file and another CA's.
+    pub fn enable_tls(&self) -> (PathBuf, PathBuf) {
+        let d = self.dir.clone();
+        let sh = |script: &str| run(Command::new("sh").arg("-c").arg(script).current_dir(&d));
+        sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=sluice-test-ca 2>/dev/null
+            openssl req -x509 -newkey rsa:2048 -nodes -keyout other.key -out other.crt -days 2 -subj /CN=other-ca 2>/dev/null
+            openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost 2>/dev/null
+            printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > san.ext
+            openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile san.ext 2>/dev/null
+            chown postgres:postgres server.key server.crt && chmod 600 server.key");
+        let data = d.join("data");
+        let hba = std::fs::read_to_string(data.join("pg_hba.conf")).unwrap();
+        let refuse = "hostnossl all all 127.0.0.1/32 reject\nhostnossl replication all 127.0.0.1/32 reject\n";
+        std::fs::write(data.join("pg_hba.conf"), format!("{refuse}{hba}")).unwrap();
+        let mut conf = std::fs::read_to_string(data.join("postgresql.conf")).unwrap();
+        conf.push_str(&format!(
+            "ssl = on\nssl_cert_file = '{0}/server.crt'\nssl_key_file = '{0}/server.key'\n",
+            d.display()
+        ));
+        std::fs::write(data.join("postgresql.conf"), conf).unwrap();
+        self.admin("SELECT pg_reload_conf()");
+        (d.join("ca.crt"), d.join("other.crt"))
+    }
+
     /// Rows of `sql` as `etl`, one `|`-separated line each.
     pub fn lines(&self, sql: &str) -> Vec<String> {
         self.sql(sql).lines().map(str::to_string).collect()

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use pgwire_replication::Lsn;
 use pgwire_replication::client::ReplicationClient;
-use pgwire_replication::config::{ReplicationConfig, TlsConfig};
+use pgwire_replication::config::ReplicationConfig;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sluice_core::{Chunk, Error, ErrorKind, Payload, Position, Record, RecordMeta, Result, Source, StreamMetrics};
@@ -182,7 +182,15 @@ impl Cdc {
                     (lsn, text(2))
                 }
                 // It exists already (a crash before the first checkpoint): start where it stands.
-                Err(_) => (self.slot_position(&client).await?, None),
+                Err(e) => match self.slot_position(&client).await {
+                    Ok(at) => (at, None),
+                    Err(_) => {
+                        return Err(Error::new(
+                            ErrorKind::Connect,
+                            format!("creating replication slot {}: {e}", self.slot),
+                        ));
+                    }
+                },
             };
             progress.start_lsn = Some(start);
             if !self.config.snapshot {
@@ -223,7 +231,7 @@ impl Cdc {
             self.slot.clone(),
         );
         cfg.port = self.config.port;
-        cfg.tls = TlsConfig::disabled();
+        cfg.tls = super::tls::replication_tls(self.config.sslmode, self.config.sslrootcert.as_deref());
         cfg.start_lsn = start;
         cfg.status_interval = Duration::from_secs(1);
         cfg

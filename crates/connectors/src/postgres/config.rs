@@ -19,9 +19,12 @@ pub struct PostgresConfig {
     /// Password; never serialized back.
     #[serde(default, skip_serializing)]
     pub password: Option<Secret>,
-    /// `disable` or `prefer` (TLS is not offered yet; see the README).
+    /// `disable`, `prefer`, `require`, `verify-ca` or `verify-full` (libpq's meanings).
     #[serde(default)]
     pub sslmode: SslMode,
+    /// The CA certificate (PEM) for `verify-ca` and `verify-full`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sslrootcert: Option<std::path::PathBuf>,
     /// Schema-qualified tables (`public.orders`). Give these or `schema`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tables: Vec<String>,
@@ -56,15 +59,33 @@ fn default_chunk() -> u32 {
     50_000
 }
 
-/// TLS to the server.
+/// TLS to the server, as libpq's `sslmode`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SslMode {
     /// Plain TCP.
     Disable,
-    /// Plain TCP (TLS is not offered yet).
+    /// TLS when the server offers it, else plain TCP; the certificate is not checked.
     #[default]
     Prefer,
+    /// TLS; the certificate is not checked.
+    Require,
+    /// TLS; the certificate must chain to `sslrootcert`.
+    VerifyCa,
+    /// TLS; the certificate must chain to `sslrootcert` and name the host.
+    VerifyFull,
+}
+
+/// Where and how to connect: the fields a Postgres source and a Postgres destination share.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Endpoint<'a> {
+    pub host: &'a str,
+    pub port: u16,
+    pub database: &'a str,
+    pub user: &'a str,
+    pub password: &'a str,
+    pub sslmode: SslMode,
+    pub sslrootcert: Option<&'a std::path::Path>,
 }
 
 fn identifier_ok(s: &str) -> bool {
@@ -82,6 +103,14 @@ impl PostgresConfig {
         }
         if self.user.is_empty() {
             return Err(Error::config("source.user", "must not be empty"));
+        }
+        validate_tls("source", self.sslmode, self.sslrootcert.as_deref())?;
+        if self.sslmode == SslMode::VerifyFull && self.host.parse::<std::net::IpAddr>().is_ok() {
+            return Err(Error::config(
+                "source.host",
+                "verify-full compares the certificate with a host name, and the replication client cannot do \
+                 that for an IP address: give the name in the certificate, or use verify-ca",
+            ));
         }
         match (self.tables.is_empty(), &self.schema) {
             (true, None) => return Err(Error::config("source.tables", "give tables (schema.table) or schema")),
@@ -121,36 +150,70 @@ impl PostgresConfig {
 
     /// A SQL session.
     pub(crate) async fn connect(&self) -> Result<tokio_postgres::Client> {
-        connect(&self.host, self.port, &self.database, &self.user, &self.password()).await
+        let password = self.password();
+        connect(Endpoint {
+            host: &self.host,
+            port: self.port,
+            database: &self.database,
+            user: &self.user,
+            password: &password,
+            sslmode: self.sslmode,
+            sslrootcert: self.sslrootcert.as_deref(),
+        })
+        .await
     }
 }
 
-/// A SQL session (no TLS yet; see the README).
-pub(crate) async fn connect(
-    host: &str,
-    port: u16,
-    database: &str,
-    user: &str,
-    password: &str,
-) -> Result<tokio_postgres::Client> {
+/// Check `sslmode` and `sslrootcert` together; pure. `prefix` is `source` or `destination`.
+pub(crate) fn validate_tls(prefix: &str, mode: SslMode, root: Option<&std::path::Path>) -> Result<()> {
+    match (mode, root) {
+        (SslMode::VerifyCa | SslMode::VerifyFull, None) => {
+            Err(Error::config(&format!("{prefix}.sslrootcert"), "verify-ca and verify-full need the CA file (PEM)"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A SQL session, over TLS as `sslmode` asks.
+pub(crate) async fn connect(to: Endpoint<'_>) -> Result<tokio_postgres::Client> {
     let mut config = tokio_postgres::Config::new();
     config
-        .host(host)
-        .port(port)
-        .dbname(database)
-        .user(user)
-        .password(password)
+        .host(to.host)
+        .port(to.port)
+        .dbname(to.database)
+        .user(to.user)
+        .password(to.password)
         .application_name("sluice")
         .connect_timeout(std::time::Duration::from_secs(10));
-    let (client, connection) = config
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| Error::new(ErrorKind::Connect, format!("cannot connect to {host}:{port}: {}", cause(&e))))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "Postgres connection ended.");
-        }
+    config.ssl_mode(match to.sslmode {
+        SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+        SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+        _ => tokio_postgres::config::SslMode::Require,
     });
+    let failed = |e: tokio_postgres::Error| {
+        Error::new(ErrorKind::Connect, format!("cannot connect to {}:{}: {}", to.host, to.port, cause(&e)))
+    };
+    let client = match super::tls::client_config(to.sslmode, to.sslrootcert)? {
+        None => {
+            let (client, connection) = config.connect(tokio_postgres::NoTls).await.map_err(failed)?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "Postgres connection ended.");
+                }
+            });
+            client
+        }
+        Some(tls) => {
+            let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
+            let (client, connection) = config.connect(tls).await.map_err(failed)?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "Postgres connection ended.");
+                }
+            });
+            client
+        }
+    };
     Ok(client)
 }
 

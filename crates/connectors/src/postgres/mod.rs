@@ -8,6 +8,7 @@ mod pgoutput;
 mod snapshot;
 mod stream;
 mod target;
+mod tls;
 mod values;
 
 pub use cdc::{PostgresSource, release};

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Secret, SyncMode};
 use tokio_postgres::Transaction;
 
-use super::config::{cause, connect};
+use super::config::{Endpoint, SslMode, cause, connect, validate_tls};
 use crate::sql_table::{Dialect, Literals, column_names};
 
 /// A table in a Postgres database.
@@ -28,6 +28,12 @@ pub struct PostgresTableConfig {
     /// Password; never serialized back.
     #[serde(default, skip_serializing)]
     pub password: Option<Secret>,
+    /// `disable`, `prefer`, `require`, `verify-ca` or `verify-full` (libpq's meanings).
+    #[serde(default)]
+    pub sslmode: SslMode,
+    /// The CA certificate (PEM) for `verify-ca` and `verify-full`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sslrootcert: Option<std::path::PathBuf>,
     /// Schema of the table.
     #[serde(default = "default_schema")]
     pub schema: String,
@@ -57,6 +63,7 @@ impl PostgresTableConfig {
         if self.table.trim().is_empty() || self.schema.trim().is_empty() {
             return Err(Error::config("destination.table", "the schema and table must not be empty"));
         }
+        validate_tls("destination", self.sslmode, self.sslrootcert.as_deref())?;
         if self.read_only {
             return Err(Error::config(
                 "destination.read_only",
@@ -72,7 +79,16 @@ impl PostgresTableConfig {
 
     async fn client(&self) -> Result<tokio_postgres::Client> {
         let password = self.password.as_ref().map(Secret::expose).unwrap_or_default();
-        connect(&self.host, self.port, &self.database, &self.user, password).await
+        connect(Endpoint {
+            host: &self.host,
+            port: self.port,
+            database: &self.database,
+            user: &self.user,
+            password,
+            sslmode: self.sslmode,
+            sslrootcert: self.sslrootcert.as_deref(),
+        })
+        .await
     }
 }
 
