@@ -197,8 +197,15 @@ pub struct CopyRows {
     pub table: String,
     /// The first rows of a new copy of the table: what the destination held is removed first.
     pub clear: bool,
-    /// The text.
-    pub data: bytes::Bytes,
+    /// The rows, one `COPY` data message (one line, newline included) each, as received.
+    pub rows: Vec<bytes::Bytes>,
+}
+
+impl CopyRows {
+    /// Bytes of row text.
+    pub fn len_bytes(&self) -> usize {
+        self.rows.iter().map(bytes::Bytes::len).sum()
+    }
 }
 
 /// Metadata a source may know about a record.

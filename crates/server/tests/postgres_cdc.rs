@@ -286,14 +286,14 @@ async fn kill_9_during_a_plain_snapshot_copies_each_row_once() {
     // progress stored in the same transaction keeps a restart from copying a chunk twice.
     let pg = Postgres::start();
     pg.sql(
-        "CREATE TABLE plain (id int PRIMARY KEY, v text, n numeric(10,3));
+        "CREATE TABLE plain (id int PRIMARY KEY, v text, n numeric(10,3)); CREATE TABLE nothing (id int PRIMARY KEY);
          INSERT INTO plain SELECT g, 'v' || g, g / 7.0 FROM generate_series(1, 200000) g;",
     );
     let dir = DataDir::new("pg-plain-crash");
     let mut server = Server::start(&dir.0).await;
-    let mut src = source(&pg, &["public.plain"]);
+    let mut src = source(&pg, &["public.plain", "public.nothing"]);
     src["snapshot_chunk_rows"] = json!(400);
-    server.create_stream(json!({"name": "p", "table": "plain", "source": src, "flush": {"max_wait_ms": 20}})).await;
+    server.create_stream(json!({"name": "p", "table": "[table]", "source": src, "flush": {"max_wait_ms": 20}})).await;
     wait_rows(&server, "plain", 4000, Duration::from_secs(60)).await;
     let seen = server.lines("SELECT count(*)::VARCHAR FROM plain").await.join("").parse::<i64>().unwrap();
     server.kill9();
@@ -310,4 +310,5 @@ async fn kill_9_during_a_plain_snapshot_copies_each_row_once() {
     let want = pg.lines("SELECT count(*), count(DISTINCT id), sum(n)::text FROM plain");
     let got = server.lines("SELECT count(*)::VARCHAR, count(DISTINCT id)::VARCHAR, sum(n)::VARCHAR FROM plain").await;
     assert_eq!(got, want, "every row exactly once");
+    assert_eq!(server.lines("SELECT count(*)::VARCHAR FROM nothing").await, ["0"], "an empty table is created too");
 }

@@ -297,7 +297,7 @@ impl Cdc {
         let bytes = records
             .iter()
             .map(|r| match &r.payload {
-                Payload::Copy(rows) => rows.data.len(),
+                Payload::Copy(rows) => rows.len_bytes(),
                 _ => 64,
             })
             .sum();

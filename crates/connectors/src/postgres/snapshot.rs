@@ -132,14 +132,14 @@ impl Cdc {
                 );
                 let stream = client.copy_out(&sql).await.map_err(|e| sql_error(&format!("copying {table}"), &e))?;
                 futures_util::pin_mut!(stream);
-                let mut data = bytes::BytesMut::new();
+                // Each data message is one row: kept as received, with no copy into one buffer.
+                let mut lines: Vec<bytes::Bytes> = Vec::with_capacity(self.config.snapshot_chunk_rows as usize);
                 while let Some(part) = stream.next().await {
-                    data.extend_from_slice(&part.map_err(|e| sql_error(&format!("copying {table}"), &e))?);
+                    lines.push(part.map_err(|e| sql_error(&format!("copying {table}"), &e))?);
                 }
-                let data = data.freeze();
-                let count = data.iter().filter(|b| **b == b'\n').count();
+                let count = lines.len();
                 tracing::debug!(table = %table, rows = count, "Copied a chunk.");
-                let last = last_key(&data, &key_fields);
+                let last = lines.last().and_then(|line| last_key(line, &key_fields));
                 let records = vec![Record {
                     payload: Payload::Copy(CopyRows {
                         columns: columns.clone(),
@@ -148,7 +148,7 @@ impl Cdc {
                         schema: schema.to_string(),
                         table: name.to_string(),
                         clear: after.is_none(),
-                        data,
+                        rows: lines,
                     }),
                     meta: RecordMeta {
                         received_us: sluice_core::batch::now_us(),
@@ -228,10 +228,9 @@ fn column_type(info: &TypeInfo, typmod: i32) -> ColumnType {
     }
 }
 
-/// The key fields of the last row of a `COPY` chunk, unescaped, for the next keyset filter.
-fn last_key(data: &[u8], key_fields: &[usize]) -> Option<Vec<String>> {
-    let text = std::str::from_utf8(data.strip_suffix(b"\n").unwrap_or(data)).ok()?;
-    let line = text.rsplit('\n').next().filter(|l| !l.is_empty())?;
+/// The key fields of a chunk's last row, unescaped, for the next keyset filter.
+fn last_key(line: &[u8], key_fields: &[usize]) -> Option<Vec<String>> {
+    let line = String::from_utf8_lossy(line.strip_suffix(b"\n").unwrap_or(line));
     let fields: Vec<&str> = line.split('\t').collect();
     key_fields.iter().map(|i| fields.get(*i).map(|f| unescape_copy(f))).collect()
 }

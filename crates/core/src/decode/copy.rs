@@ -30,7 +30,7 @@ impl Decoder {
             Ok(table) => table,
             Err(reason) => {
                 let fallback = self.table_for(meta);
-                for line in lines(&rows.data) {
+                for line in &rows.rows {
                     out.events += 1;
                     out.last_sequence += 1;
                     let ctx = Ctx { table: &fallback, meta, seq: out.last_sequence };
@@ -54,15 +54,13 @@ impl Decoder {
         let snapshot = builder.snapshot.get_or_insert_with(SnapshotWrite::default);
         snapshot.clear |= rows.clear;
         let columns: Vec<usize> = rows.columns.iter().map(|(name, ty)| builder.column(name, *ty)).collect();
-        // One UTF-8 check for the whole chunk (invalid bytes become U+FFFD).
-        let all = String::from_utf8_lossy(&rows.data);
-        let mut fields: Vec<&str> = Vec::with_capacity(columns.len());
-        for text in all.strip_suffix('\n').unwrap_or(&all).split('\n').filter(|l| !l.is_empty()) {
+        for line in &rows.rows {
             out.events += 1;
             out.last_sequence += 1;
             let ctx = Ctx { table: &table, meta, seq: out.last_sequence };
-            fields.clear();
-            fields.extend(text.split('\t'));
+            // Invalid UTF-8 (a server in another encoding) becomes U+FFFD rather than a failure.
+            let text = String::from_utf8_lossy(line.strip_suffix(b"\n").unwrap_or(line));
+            let fields: Vec<&str> = text.split('\t').collect();
             if fields.len() != columns.len() {
                 let reason = format!("a COPY row with {} fields for {} columns", fields.len(), columns.len());
                 out.rejects.push(ctx.reject(None, None, text.to_string(), reason));
@@ -111,11 +109,6 @@ fn push_snapshot(m: &mut MirrorWrite, seq: i64) {
     m.change_us.push(None);
     m.sources.push(None);
     m.source_orders.push(None);
-}
-
-/// The lines of a `COPY` text chunk (the last newline ends the last row).
-fn lines(data: &[u8]) -> impl Iterator<Item = &[u8]> {
-    data.strip_suffix(b"\n").unwrap_or(data).split(|b| *b == b'\n').filter(|l| !l.is_empty())
 }
 
 /// A field without its backslash escapes (`\\`, `\t`, `\n`, `\r`, `\b`, `\f`, `\v`, octal, hex).

@@ -471,7 +471,8 @@ impl TableBuilder {
             }
             return Ok((None, self.schema, rejects));
         }
-        if self.rows == 0 {
+        // A snapshot of an empty table still creates it (and clears an earlier copy).
+        if self.rows == 0 && self.snapshot.is_none() {
             return Ok((None, self.schema, rejects));
         }
         let mut fields = Vec::with_capacity(self.columns.len());
