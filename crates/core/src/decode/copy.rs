@@ -54,6 +54,7 @@ impl Decoder {
         let snapshot = builder.snapshot.get_or_insert_with(SnapshotWrite::default);
         snapshot.clear |= rows.clear;
         let columns: Vec<usize> = rows.columns.iter().map(|(name, ty)| builder.column(name, *ty)).collect();
+        let mut types: Vec<_> = columns.iter().map(|&i| builder.schema.columns()[i].ty).collect();
         for line in &rows.rows {
             out.events += 1;
             out.last_sequence += 1;
@@ -67,18 +68,18 @@ impl Decoder {
                 continue;
             }
             builder.push_metadata(&ctx, &self.metadata, &mut out.rejects);
-            for (field, &i) in fields.iter().zip(&columns) {
-                if *field == "\\N" {
-                    builder.store(&ctx, i, Fit::Null, None, &mut out.rejects);
-                    continue;
-                }
-                let value = unescape(field);
-                let fit = fit_text(builder.schema.columns()[i].ty, &value);
-                if matches!(fit, Fit::Misfit(_)) {
-                    let raw = Value::String(value.to_string());
-                    builder.store(&ctx, i, fit, Some(&raw), &mut out.rejects);
-                } else {
-                    builder.store(&ctx, i, fit, None, &mut out.rejects);
+            for (k, (field, &i)) in fields.iter().zip(&columns).enumerate() {
+                let value = if *field == "\\N" { None } else { Some(unescape(field)) };
+                let fit = value.as_deref().map_or(Fit::Null, |v| fit_text(types[k], v));
+                match fit {
+                    // The common case, straight into the column: it holds exactly the rows so far.
+                    Fit::Misfit(_) | Fit::Widen(_) => {
+                        let raw = Value::String(value.as_deref().unwrap_or_default().to_string());
+                        builder.store(&ctx, i, fit, Some(&raw), &mut out.rejects);
+                        types[k] = builder.schema.columns()[i].ty;
+                    }
+                    fit if builder.columns[i].len() == builder.rows => builder.columns[i].push(fit),
+                    fit => builder.store(&ctx, i, fit, None, &mut out.rejects),
                 }
             }
             builder.rows += 1;
@@ -165,7 +166,62 @@ fn unescape(field: &str) -> Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
     use super::unescape;
+    use crate::batch::{CopyRows, Payload, Record, RecordMeta};
+    use crate::decode::{ChangeConfig, Decoder, Format, MetadataConfig, Mode};
+    use crate::schema::ColumnType;
+
+    fn copy(lines: &[&str], clear: bool) -> Record {
+        Record {
+            payload: Payload::Copy(CopyRows {
+                columns: Arc::new(vec![
+                    ("id".into(), ColumnType::Bigint),
+                    ("day".into(), ColumnType::Date),
+                    ("amount".into(), ColumnType::Decimal(6, 2)),
+                    ("note".into(), ColumnType::Varchar),
+                ]),
+                keys: vec!["id".into()],
+                db: "d".into(),
+                schema: "public".into(),
+                table: "t".into(),
+                clear,
+                rows: lines.iter().map(|l| bytes::Bytes::from(format!("{l}\n"))).collect(),
+            }),
+            meta: RecordMeta { route: Some("t".into()), ..RecordMeta::default() },
+        }
+    }
+
+    #[test]
+    fn copy_rows_become_columns_and_misfits_go_to_the_ledger() {
+        let changes = ChangeConfig { mode: Mode::Mirror, keys: Vec::new(), history: false, format: Format::Debezium };
+        let decoder = Decoder::new("[table]".into(), MetadataConfig::default(), HashMap::new()).with_changes(changes);
+        let lines = [
+            "1\t2024-02-29\t12.50\ttab\\there",
+            "2\tinfinity\t\\N\t\\N",
+            "3\t2024-01-01\t99999.99\tover",
+            "4\tonly two",
+        ];
+        let (out, _) = decoder.decode(vec![copy(&lines, true)], 1).unwrap();
+        assert_eq!(out.events, 4);
+        assert_eq!(out.rows, 3, "the short line is a reject, not a row");
+        let write = &out.tables[0];
+        assert_eq!(write.table, "t");
+        assert!(write.mirror.is_none(), "snapshot rows are appended, not merged");
+        assert!(write.snapshot.is_some_and(|s| s.clear));
+        let reasons: Vec<(Option<String>, &str)> =
+            out.rejects.iter().map(|r| (r.column.clone(), r.reason.as_str())).collect();
+        assert_eq!(reasons.len(), 3, "{reasons:?}");
+        assert_eq!(reasons[0].0.as_deref(), Some("day"), "{reasons:?}");
+        assert_eq!(reasons[1].0.as_deref(), Some("amount"), "99999.99 does not fit DECIMAL(6,2): {reasons:?}");
+        assert!(reasons[2].1.contains("2 fields for 4 columns"), "{reasons:?}");
+        let notes = write.data.column_by_name("note").unwrap();
+        let notes = arrow::array::AsArray::as_string::<i32>(notes);
+        assert_eq!(notes.value(0), "tab\there");
+        assert!(arrow::array::Array::is_null(notes, 1));
+    }
 
     #[test]
     fn escapes() {
