@@ -255,3 +255,22 @@ async fn preview_and_schedule() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keys_with_dots_and_quotes_in_their_names() {
+    let dir = DataDir::new("retl-odd-keys");
+    let server = Server::start(&dir.0.join("data")).await;
+    let key = source(&server).await;
+    push(&server, &key, first_events(), 3).await;
+    let query = r#"SELECT id AS "bank.k", name AS "it's ""n""" FROM src QUALIFY row_number() OVER (PARTITION BY id ORDER BY version DESC) = 1"#;
+    let destination = json!({"kind": "sqlite", "path": dir.0.join("out.db"), "table": "odd"});
+    let (status, body) = server
+        .create_sync(json!({"name": "odd", "query": query, "mode": "mirror", "keys": ["bank.k"], "destination": destination}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let counts = |run: &serde_json::Value| (run["inserted"].as_i64(), run["updated"].as_i64(), run["deleted"].as_i64());
+    assert_eq!(counts(&server.run_sync("odd").await), (Some(3), Some(0), Some(0)));
+    assert_eq!(counts(&server.run_sync("odd").await), (Some(0), Some(0), Some(0)), "an idle run sends nothing");
+    push(&server, &key, json!([{"id": 2, "version": 2, "name": "renamed", "gone": false}]), 4).await;
+    assert_eq!(counts(&server.run_sync("odd").await), (Some(0), Some(1), Some(0)));
+}

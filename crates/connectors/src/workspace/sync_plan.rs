@@ -146,7 +146,7 @@ fn plan_in(conn: &Connection, hashes: &str, sql: &str, mode: SyncMode, keys: &[S
     conn.execute_batch("CREATE TEMP TABLE __sluice_keyed AS SELECT o.*, hash(o) AS __sluice_hash FROM __sluice_out o")
         .map_err(db_error)?;
     let n = columns.len();
-    let on = key_match(keys);
+    let on = key_match(keys, "h", "k");
     let changed = arrow_rows(
         conn,
         &format!(
@@ -190,9 +190,9 @@ fn plan_in(conn: &Connection, hashes: &str, sql: &str, mode: SyncMode, keys: &[S
     })
 }
 
-/// `h.k = k.k AND …` over the key columns.
-fn key_match(keys: &[String]) -> String {
-    keys.iter().map(|k| format!("h.{q} = k.{q}", q = quote(k))).collect::<Vec<_>>().join(" AND ")
+/// `left.k = right.k AND …` over the key columns.
+fn key_match(keys: &[String], left: &str, right: &str) -> String {
+    keys.iter().map(|k| format!("{left}.{q} = {right}.{q}", q = quote(k))).collect::<Vec<_>>().join(" AND ")
 }
 
 /// After a successful delivery: replace the hashes of the rows sent and forget the keys deleted.
@@ -204,7 +204,7 @@ pub fn commit(conn: &Connection, sync: &str, plan: &Plan) -> Result<()> {
     let stage_name = format!("hash_stage__{sync}");
     let stage = format!("{SCHEMA}.{}", quote(&stage_name));
     let key_names: Vec<&str> = plan.keys.iter().map(String::as_str).collect();
-    let on = key_match(&plan.keys).replace("k.", "s.");
+    let on = key_match(&plan.keys, "h", "s");
     in_transaction(conn, |c| {
         c.execute_batch(&format!("CREATE OR REPLACE TABLE {stage} AS SELECT * FROM {hashes} LIMIT 0"))
             .map_err(db_error)?;
