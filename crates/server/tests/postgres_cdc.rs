@@ -84,13 +84,16 @@ async fn snapshot_then_streaming_with_types_toast_ddl_and_removal() {
         "CREATE TYPE mood AS ENUM ('calm', 'busy');
          CREATE DOMAIN positive AS int CHECK (VALUE > 0);
          CREATE TABLE items (id int PRIMARY KEY, price numeric(38,10), at timestamptz, tags text[], doc jsonb,
-           uid uuid, raw bytea, m mood, qty positive, note text, cost numeric(12,2));
+           uid uuid, raw bytea, m mood, qty positive, note text, cost numeric(12,2), nums int[], moods mood[],
+           grid int[][]);
          CREATE TABLE events (id bigint, v text);
          ALTER TABLE events REPLICA IDENTITY FULL;
          INSERT INTO items VALUES
            (1, 12345.6789012345, '2024-01-02 10:00:00+02', '{a,\"b c\",NULL}', '{\"k\": [1, 2]}',
-            '9b2f5f6a-8d4e-4a53-9d5b-3f1c2a7e6b10', '\\x0102', 'calm', 3, repeat('x', 100000), 9.99),
-           (2, -0.5, '2024-06-30 23:59:59.123456-05', '{}', 'null', NULL, NULL, 'busy', 7, 'short', NULL);
+            '9b2f5f6a-8d4e-4a53-9d5b-3f1c2a7e6b10', '\\x0102', 'calm', 3, repeat('x', 100000), 9.99, '{1,NULL,3}',
+            '{calm,busy}', NULL),
+           (2, -0.5, '2024-06-30 23:59:59.123456-05', '{}', 'null', NULL, NULL, 'busy', 7, 'short', NULL, NULL, NULL,
+            '{{1,2},{3,4}}');
          INSERT INTO events VALUES (1, 'one'), (2, 'two');",
     );
     let dir = DataDir::new("pg-cdc");
@@ -107,7 +110,16 @@ async fn snapshot_then_streaming_with_types_toast_ddl_and_removal() {
     let ty = |c: &str| types.iter().find(|t| t["column_name"] == json!(c)).map(|t| t["data_type"].clone()).unwrap();
     assert_eq!(ty("price"), json!("DECIMAL(38,10)"));
     assert_eq!(ty("at"), json!("TIMESTAMP WITH TIME ZONE"));
-    assert_eq!(ty("tags"), json!("JSON"));
+    assert_eq!(ty("tags"), json!("VARCHAR[]"));
+    assert_eq!(ty("nums"), json!("BIGINT[]"));
+    assert_eq!(ty("moods"), json!("VARCHAR[]"));
+    // Postgres declares int[][] as int[]: a two-dimensional value does not fit the list, so it is
+    // NULL in the table and kept in the ledger with the reason.
+    assert_eq!(ty("grid"), json!("BIGINT[]"));
+    let ledger = server.sql(r#"SELECT value, reason FROM sluice.rejects WHERE "column" = 'grid'"#).await;
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    assert_eq!(ledger[0]["value"], json!("\"[[1,2],[3,4]]\""), "the ledger keeps values as JSON");
+    assert!(ledger[0]["reason"].as_str().unwrap().contains("array"), "{ledger:?}");
     assert_eq!(ty("doc"), json!("JSON"));
     assert_eq!(ty("uid"), json!("UUID"));
     assert_eq!(ty("m"), json!("VARCHAR"));
@@ -115,11 +127,14 @@ async fn snapshot_then_streaming_with_types_toast_ddl_and_removal() {
     assert_eq!(ty("qty"), json!("BIGINT"));
     assert_eq!(ty("cost"), json!("DECIMAL(12,2)"), "numeric keeps its precision and scale");
     let row = &server
-        .sql(r#"SELECT price::VARCHAR AS p, "at"::VARCHAR AS a, tags::VARCHAR AS t, doc->>'$.k[1]' AS k, hex(raw) AS raw, m, length(note) AS n FROM items WHERE id = 1"#)
+        .sql(r#"SELECT price::VARCHAR AS p, "at"::VARCHAR AS a, tags::VARCHAR AS t, doc->>'$.k[1]' AS k, hex(raw) AS raw, m, length(note) AS n, nums::VARCHAR AS nums, list_sum(nums) AS total, moods::VARCHAR AS moods FROM items WHERE id = 1"#)
         .await[0];
     assert_eq!(row["p"], json!("12345.6789012345"));
     assert_eq!(row["a"], json!("2024-01-02 08:00:00+00"));
-    assert_eq!(row["t"], json!(r#"["a","b c",null]"#));
+    assert_eq!(row["t"], json!("[a, b c, NULL]"));
+    assert_eq!(row["nums"], json!("[1, NULL, 3]"));
+    assert_eq!(row["total"], json!(4));
+    assert_eq!(row["moods"], json!("[calm, busy]"));
     assert_eq!(row["k"], json!("2"));
     assert_eq!(row["raw"], json!("0102"));
     assert_eq!(row["m"], json!("calm"));
@@ -133,7 +148,7 @@ async fn snapshot_then_streaming_with_types_toast_ddl_and_removal() {
         "UPDATE items SET qty = 4 WHERE id = 1;
          DELETE FROM items WHERE id = 2;
          DELETE FROM events WHERE id = 1;
-         INSERT INTO items (id, price, m, qty, note) VALUES (3, 1, 'busy', 1, 'new');
+         INSERT INTO items (id, price, m, qty, note, tags, nums) VALUES (3, 1, 'busy', 1, 'new', '{\"x y\",z}', '{5,6}');
          ALTER TABLE items ADD COLUMN color text;
          INSERT INTO items (id, price, qty, color) VALUES (4, 2, 2, 'red');",
     );
@@ -150,6 +165,8 @@ async fn snapshot_then_streaming_with_types_toast_ddl_and_removal() {
         "TOAST kept"
     );
     assert_eq!(rows(&server, "events").await, 1);
+    let streamed = &server.sql("SELECT tags::VARCHAR AS t, list_sum(nums) AS s FROM items WHERE id = 3").await[0];
+    assert_eq!((streamed["t"].clone(), streamed["s"].clone()), (json!("[x y, z]"), json!(11)), "lists from changes");
     let ops = server.sql("SELECT _op, count(*) AS n FROM items__changes GROUP BY _op ORDER BY _op").await;
     assert_eq!(
         ops,

@@ -265,7 +265,9 @@ async fn keys_with_dots_and_quotes_in_their_names() {
     let query = r#"SELECT id AS "bank.k", name AS "it's ""n""" FROM src QUALIFY row_number() OVER (PARTITION BY id ORDER BY version DESC) = 1"#;
     let destination = json!({"kind": "sqlite", "path": dir.0.join("out.db"), "table": "odd"});
     let (status, body) = server
-        .create_sync(json!({"name": "odd", "query": query, "mode": "mirror", "keys": ["bank.k"], "destination": destination}))
+        .create_sync(
+            json!({"name": "odd", "query": query, "mode": "mirror", "keys": ["bank.k"], "destination": destination}),
+        )
         .await;
     assert_eq!(status, 201, "{body}");
     let counts = |run: &serde_json::Value| (run["inserted"].as_i64(), run["updated"].as_i64(), run["deleted"].as_i64());

@@ -194,7 +194,8 @@ fn copy_columns(relation: &RelationInfo) -> Vec<(String, ColumnType, String)> {
         .map(|(name, info, typmod)| {
             let column = format!("t.{}", quote_ident(name));
             if info.category == 'A' {
-                return (name.clone(), ColumnType::Json, format!("to_json({column})"));
+                let ty = super::values::array_item(info).map_or(ColumnType::Json, ColumnType::List);
+                return (name.clone(), ty, format!("to_json({column})"));
             }
             (name.clone(), column_type(info, *typmod), column)
         })

@@ -1,11 +1,13 @@
 //! Postgres values (text format) to JSON values typed for the decoder: numeric keeps its scale,
-//! timestamptz, uuid, jsonb, dates and times get their own column types, arrays become JSON,
-//! enums text, and domains their base type.
+//! timestamptz, uuid, jsonb, dates and times get their own column types, one-dimensional
+//! arrays of scalars become lists (other arrays JSON), enums text, and domains their base type.
 
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
+use sluice_core::ColumnType;
 use sluice_core::format::logical::TYPED_MARK;
+use sluice_core::schema::Scalar;
 
 /// A column type, resolved through domains.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +75,9 @@ pub(crate) fn value(info: &TypeInfo, typmod: i32, text: &str) -> Value {
         return match (&info.element, parse_array(text)) {
             (Some(element), Some(items)) => {
                 let items = items.into_iter().map(|i| i.map_or(Value::Null, |t| plain(element, &t))).collect();
-                typed(Value::Array(items), "JSON")
+                let ty =
+                    array_item(info).map_or_else(|| "JSON".to_string(), |item| ColumnType::List(item).sql().into());
+                typed(Value::Array(items), &ty)
             }
             _ => Value::String(text.to_string()),
         };
@@ -103,6 +107,22 @@ pub(crate) fn value(info: &TypeInfo, typmod: i32, text: &str) -> Value {
         "bytea" => typed(Value::String(text.to_string()), "BLOB"),
         _ => plain(info, text),
     }
+}
+
+/// The list item type of a one-dimensional array of booleans, integers, floats, text, enums or
+/// UUIDs; other arrays are kept as JSON.
+pub(crate) fn array_item(info: &TypeInfo) -> Option<Scalar> {
+    let element = info.element.as_ref()?;
+    if element.category == 'E' {
+        return Some(Scalar::Varchar);
+    }
+    Some(match element.name.as_str() {
+        "bool" => Scalar::Boolean,
+        "int2" | "int4" | "int8" | "oid" => Scalar::Bigint,
+        "float4" | "float8" => Scalar::Double,
+        "text" | "varchar" | "bpchar" | "name" | "citext" | "uuid" => Scalar::Varchar,
+        _ => return None,
+    })
 }
 
 /// Numbers and booleans as JSON scalars; everything else (text, enums) as text.

@@ -18,6 +18,8 @@ pub(crate) enum ColumnBuilder {
     Micros(TimestampMicrosecondBuilder),
     Days(Date32Builder),
     Decimal(Decimal128Builder),
+    /// A list column: each row's JSON array text (validated by `fit`), built at the end.
+    List(crate::schema::Scalar, Vec<Option<String>>),
     Time(Time64MicrosecondBuilder),
     Bytes(BinaryBuilder),
 }
@@ -34,6 +36,7 @@ impl ColumnBuilder {
             ColumnType::Blob => Self::Bytes(BinaryBuilder::new()),
             ColumnType::Timestamptz => Self::Micros(TimestampMicrosecondBuilder::new().with_timezone("UTC")),
             ColumnType::Date => Self::Days(Date32Builder::new()),
+            ColumnType::List(item) => Self::List(item, Vec::new()),
             ColumnType::Decimal(precision, scale) => Self::Decimal(
                 Decimal128Builder::new()
                     .with_precision_and_scale(precision, scale as i8)
@@ -52,6 +55,7 @@ impl ColumnBuilder {
             Self::Micros(b) => b.len(),
             Self::Days(b) => b.len(),
             Self::Decimal(b) => b.len(),
+            Self::List(_, rows) => rows.len(),
             Self::Time(b) => b.len(),
             Self::Bytes(b) => b.len(),
         }
@@ -71,6 +75,7 @@ impl ColumnBuilder {
             Self::Micros(b) => b.append_nulls(missing),
             Self::Days(b) => b.append_nulls(missing),
             Self::Decimal(b) => b.append_nulls(missing),
+            Self::List(_, rows) => rows.resize(rows.len() + missing, None),
             Self::Time(b) => b.append_nulls(missing),
             Self::Bytes(b) => {
                 for _ in 0..missing {
@@ -92,6 +97,8 @@ impl ColumnBuilder {
             (Self::Micros(b), Fit::Micros(v)) => b.append_value(v),
             (Self::Days(b), Fit::Days(v)) => b.append_value(v),
             (Self::Decimal(b), Fit::Decimal(v)) => b.append_value(v),
+            (Self::List(_, rows), Fit::Text(v)) => rows.push(Some(v.into_owned())),
+            (Self::List(_, rows), _) => rows.push(None),
             (Self::Time(b), Fit::Micros(v)) => b.append_value(v),
             (Self::Bytes(b), Fit::Bytes(v)) => b.append_value(v),
             (Self::Bool(b), _) => b.append_null(),
@@ -129,6 +136,38 @@ impl ColumnBuilder {
             Self::Decimal(b) => Arc::new(b.finish()),
             Self::Time(b) => Arc::new(b.finish()),
             Self::Bytes(b) => Arc::new(b.finish()),
+            Self::List(item, rows) => list_array(*item, rows),
         }
+    }
+}
+
+/// A list array from each row's JSON array text.
+fn list_array(item: crate::schema::Scalar, rows: &[Option<String>]) -> ArrayRef {
+    use arrow::array::ListBuilder;
+    use serde_json::Value;
+
+    use crate::schema::{Scalar, list_items};
+    macro_rules! build {
+        ($builder:expr, $get:expr) => {{
+            let mut list = ListBuilder::new($builder);
+            for row in rows {
+                match row {
+                    Some(text) => {
+                        for v in list_items(text) {
+                            list.values().append_option($get(&v));
+                        }
+                        list.append(true);
+                    }
+                    None => list.append(false),
+                }
+            }
+            Arc::new(list.finish()) as ArrayRef
+        }};
+    }
+    match item {
+        Scalar::Boolean => build!(BooleanBuilder::new(), Value::as_bool),
+        Scalar::Bigint => build!(Int64Builder::new(), Value::as_i64),
+        Scalar::Double => build!(Float64Builder::new(), Value::as_f64),
+        Scalar::Varchar => build!(StringBuilder::new(), |v: &Value| v.as_str().map(str::to_string)),
     }
 }

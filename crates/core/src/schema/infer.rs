@@ -132,6 +132,14 @@ pub fn fit(ty: ColumnType, value: &Value) -> Fit<'_> {
             None => Fit::Misfit("not \\x-prefixed hex bytes"),
         },
         (ColumnType::Blob, _) => Fit::Misfit("not a string"),
+        (ColumnType::List(item), Value::Array(items)) => {
+            if items.iter().all(|v| list_item_fits(item, v)) {
+                Fit::Text(Cow::Owned(value.to_string()))
+            } else {
+                Fit::Misfit("an item of the array does not fit the list's item type")
+            }
+        }
+        (ColumnType::List(_), _) => Fit::Misfit("not an array"),
         (ColumnType::Timestamp | ColumnType::Time, _) => Fit::Misfit("not a string"),
         (ColumnType::Boolean, _) => Fit::Misfit("not a boolean"),
         (ColumnType::Bigint | ColumnType::Double, _) => Fit::Misfit("not a number"),
@@ -179,6 +187,32 @@ pub fn fit_text(ty: ColumnType, text: &str) -> Fit<'_> {
         ColumnType::Uuid if is_uuid(text) => Fit::Text(Cow::Borrowed(text)),
         ColumnType::Uuid => Fit::Misfit("not a UUID"),
         ColumnType::Time | ColumnType::Blob => fit(ty, &Value::String(text.to_string())).into_owned(),
+        // The list arrives as JSON text (`to_json` of a Postgres array).
+        ColumnType::List(_) => match serde_json::from_str::<Value>(text) {
+            Ok(v) => fit(ty, &v).into_owned(),
+            Err(_) => Fit::Misfit("not a JSON array"),
+        },
+    }
+}
+
+/// Whether one JSON array item fits a list of `item`s (NULL always does).
+fn list_item_fits(item: crate::schema::Scalar, v: &Value) -> bool {
+    use crate::schema::Scalar;
+    match (item, v) {
+        (_, Value::Null) => true,
+        (Scalar::Boolean, Value::Bool(_)) => true,
+        (Scalar::Bigint, Value::Number(n)) => n.is_i64(),
+        (Scalar::Double, Value::Number(_)) => true,
+        (Scalar::Varchar, Value::String(_)) => true,
+        _ => false,
+    }
+}
+
+/// The items of a list value (the JSON text a list column holds): `None` for NULL items.
+pub fn list_items(text: &str) -> Vec<Value> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Array(items)) => items,
+        _ => Vec::new(),
     }
 }
 
@@ -370,6 +404,12 @@ mod tests {
         assert_eq!(fit_text(ColumnType::Decimal(4, 2), "12.5"), Fit::Decimal(1250));
         assert!(matches!(fit_text(ColumnType::Decimal(4, 2), "123.5"), Fit::Misfit(_)));
         assert_eq!(fit_text(ColumnType::Blob, "\\x0aff"), Fit::Bytes(vec![10, 255]));
+        let ints = ColumnType::List(crate::schema::Scalar::Bigint);
+        assert_eq!(fit_text(ints, "[1,null,3]"), Fit::Text("[1,null,3]".into()));
+        assert!(matches!(fit_text(ints, "[1.5]"), Fit::Misfit(_)));
+        assert!(matches!(fit_text(ints, "[[1]]"), Fit::Misfit(_)));
+        assert_eq!(ColumnType::from_sql("VARCHAR[]"), Some(ColumnType::List(crate::schema::Scalar::Varchar)));
+        assert_eq!(ColumnType::from_sql("DECIMAL(12,2)"), Some(ColumnType::Decimal(12, 2)));
     }
 
     #[test]

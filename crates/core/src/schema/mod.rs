@@ -3,7 +3,7 @@
 mod infer;
 mod table;
 
-pub use infer::{Fit, ValueKind, fit, fit_text, kind_of};
+pub use infer::{Fit, ValueKind, fit, fit_text, kind_of, list_items};
 pub use table::{Column, SchemaChange, TableSchema};
 
 use arrow::datatypes::{DataType, TimeUnit};
@@ -38,6 +38,43 @@ pub enum ColumnType {
     Uuid,
     /// Bytes (Postgres `bytea`, sent as `\x` hex).
     Blob,
+    /// A list of scalars (a Postgres one-dimensional array), from a JSON array.
+    List(Scalar),
+}
+
+/// The item type of a [`ColumnType::List`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Scalar {
+    /// true / false.
+    Boolean,
+    /// 64-bit integer.
+    Bigint,
+    /// 64-bit float.
+    Double,
+    /// Text.
+    Varchar,
+}
+
+impl Scalar {
+    fn sql(self) -> &'static str {
+        match self {
+            Self::Boolean => "BOOLEAN",
+            Self::Bigint => "BIGINT",
+            Self::Double => "DOUBLE",
+            Self::Varchar => "VARCHAR",
+        }
+    }
+
+    /// The Arrow type of one item.
+    pub fn arrow(self) -> DataType {
+        match self {
+            Self::Boolean => DataType::Boolean,
+            Self::Bigint => DataType::Int64,
+            Self::Double => DataType::Float64,
+            Self::Varchar => DataType::Utf8,
+        }
+    }
 }
 
 impl ColumnType {
@@ -58,6 +95,7 @@ impl ColumnType {
             Self::Decimal(precision, scale) => {
                 return std::borrow::Cow::Owned(format!("DECIMAL({precision},{scale})"));
             }
+            Self::List(item) => return std::borrow::Cow::Owned(format!("{}[]", item.sql())),
         })
     }
 
@@ -76,6 +114,10 @@ impl ColumnType {
             "TIME" => Self::Time,
             "UUID" => Self::Uuid,
             "BLOB" => Self::Blob,
+            "BOOLEAN[]" => Self::List(Scalar::Boolean),
+            "BIGINT[]" => Self::List(Scalar::Bigint),
+            "DOUBLE[]" => Self::List(Scalar::Double),
+            "VARCHAR[]" => Self::List(Scalar::Varchar),
             other => {
                 let (precision, scale) = other.strip_prefix("DECIMAL(")?.strip_suffix(')')?.split_once(',')?;
                 let (precision, scale): (u8, u8) = (precision.trim().parse().ok()?, scale.trim().parse().ok()?);
@@ -101,6 +143,9 @@ impl ColumnType {
             Self::Timestamptz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             Self::Date => DataType::Date32,
             Self::Decimal(precision, scale) => DataType::Decimal128(precision, scale as i8),
+            Self::List(item) => {
+                DataType::List(std::sync::Arc::new(arrow::datatypes::Field::new("item", item.arrow(), true)))
+            }
         }
     }
 }
