@@ -230,34 +230,30 @@ pub fn idempotency_key(sync: &str, run_id: &str, batch_no: usize) -> String {
     hex::encode(&digest[..16])
 }
 
-/// Rows as JSON objects, `size` per array.
-fn json_arrays(batches: &[RecordBatch], size: usize, flag: Option<&str>) -> Result<Vec<Vec<u8>>> {
-    let mut rows: Vec<serde_json::Value> = Vec::new();
-    for batch in batches {
-        // Explicit nulls: an API must see a field that became NULL, not a field left out.
-        let mut writer = arrow::json::WriterBuilder::new()
-            .with_explicit_nulls(true)
-            .build::<_, arrow::json::writer::JsonArray>(Vec::new());
-        writer.write(batch).map_err(json_error)?;
-        writer.finish().map_err(json_error)?;
-        let bytes = writer.into_inner();
-        if bytes.is_empty() {
-            continue;
-        }
-        let array: Vec<serde_json::Value> =
-            serde_json::from_slice(&bytes).map_err(|e| Error::new(ErrorKind::Fatal, "bad JSON rows").with_source(e))?;
-        rows.extend(array);
-    }
-    if let Some(flag) = flag {
-        for row in &mut rows {
-            if let Some(object) = row.as_object_mut() {
-                object.insert(flag.to_string(), serde_json::Value::Bool(true));
-            }
-        }
-    }
-    rows.chunks(size)
-        .map(|chunk| serde_json::to_vec(chunk).map_err(|e| Error::new(ErrorKind::Fatal, "JSON").with_source(e)))
-        .collect()
+/// The rows of `batches` as one batch (with `flag: true` added when asked), to be sent
+/// `size` rows at a time: only one request body exists at a time.
+fn request_rows(batches: &[RecordBatch], flag: Option<&str>) -> Result<Option<RecordBatch>> {
+    let Some(first) = batches.first() else { return Ok(None) };
+    let all = arrow::compute::concat_batches(&first.schema(), batches).map_err(json_error)?;
+    let Some(flag) = flag else { return Ok(Some(all)) };
+    let mut fields: Vec<arrow::datatypes::Field> = all.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(arrow::datatypes::Field::new(flag, arrow::datatypes::DataType::Boolean, false));
+    let mut columns = all.columns().to_vec();
+    columns.push(std::sync::Arc::new(arrow::array::BooleanArray::from(vec![true; all.num_rows()])));
+    RecordBatch::try_new(std::sync::Arc::new(arrow::datatypes::Schema::new(fields)), columns)
+        .map(Some)
+        .map_err(json_error)
+}
+
+/// One request body: the rows as a JSON array of objects, NULLs written out (an API must see a
+/// field that became NULL, not a field left out).
+fn json_body(rows: &RecordBatch) -> Result<Vec<u8>> {
+    let mut writer = arrow::json::WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build::<_, arrow::json::writer::JsonArray>(Vec::new());
+    writer.write(rows).map_err(json_error)?;
+    writer.finish().map_err(json_error)?;
+    Ok(writer.into_inner())
 }
 
 fn json_error(e: arrow::error::ArrowError) -> Error {
@@ -272,18 +268,24 @@ impl Destination for HttpApiTarget {
     }
 
     async fn deliver(&mut self, delivery: &Delivery) -> Result<()> {
+        let size = self.config.batch_size;
         let mut batch_no = 0usize;
-        for body in json_arrays(&delivery.rows, self.config.batch_size, None)? {
-            batch_no += 1;
-            let key = idempotency_key(&delivery.sync, &delivery.run_id, batch_no);
-            self.send(self.config.method, &self.config.url, &key, batch_no, body).await?;
-        }
         let url = self.config.deletes.url.clone().unwrap_or_else(|| self.config.url.clone());
         let flag = self.config.deletes.flag.clone();
-        for body in json_arrays(&delivery.deletes, self.config.batch_size, Some(&flag))? {
-            batch_no += 1;
-            let key = idempotency_key(&delivery.sync, &delivery.run_id, batch_no);
-            self.send(self.config.deletes.method, &url, &key, batch_no, body).await?;
+        let sends = [
+            (request_rows(&delivery.rows, None)?, self.config.method, self.config.url.clone()),
+            (request_rows(&delivery.deletes, Some(&flag))?, self.config.deletes.method, url),
+        ];
+        for (rows, method, url) in sends {
+            let Some(rows) = rows else { continue };
+            let mut start = 0;
+            while start < rows.num_rows() {
+                let len = size.min(rows.num_rows() - start);
+                batch_no += 1;
+                let key = idempotency_key(&delivery.sync, &delivery.run_id, batch_no);
+                self.send(method, &url, &key, batch_no, json_body(&rows.slice(start, len))?).await?;
+                start += len;
+            }
         }
         Ok(())
     }
