@@ -212,10 +212,35 @@ async fn declared_streams_from_yaml_and_bad_config_names_the_field() {
     assert_eq!(server.count("orders").await, 2);
     server.stop();
 
+    // A declared sync is created at start, its password kept apart.
+    let db = dir.0.join("out.db");
+    std::fs::write(
+        &file,
+        format!(
+            "syncs:\n  - name: daily\n    query: SELECT count(*) AS n FROM orders\n    destination:\n      kind: sqlite\n      path: {}\n      table: counts\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    let server = Server::start_with(&dir.0, &["--config", file.to_str().unwrap()]).await;
+    let (status, sync) = server.get("/api/syncs/daily").await;
+    assert_eq!(status, 200, "{sync}");
+    assert_eq!(server.run_sync("daily").await["rows_sent"], json!(1));
+    server.stop();
+
     for (yaml, field) in [
         ("streams:\n  - name: x\n    tabel: y\n", "tabel"),
         ("streams:\n  - name: x\n    table: y\n    flush:\n      max_wait_ms: 0\n", "flush.max_wait_ms"),
         ("streams:\n  - name: x\n    table: y\n    source:\n      type: carrier_pigeon\n", "carrier_pigeon"),
+        (
+            "syncs:\n  - name: s\n    query: SELECT 1 AS id\n    mode: upsert\n    destination:\n      kind: sqlite\n      path: /tmp/x.db\n      table: t\n",
+            "syncs[0].keys",
+        ),
+        (
+            "syncs:\n  - name: s\n    query: SELECT 1\n    schedule:\n      cron: every day\n    destination:\n      kind: sqlite\n      path: /tmp/x.db\n      table: t\n",
+            "syncs[0].schedule.cron",
+        ),
+        ("syncs:\n  - name: s\n    query: SELECT 1\n    destination:\n      kind: fax\n", "fax"),
     ] {
         std::fs::write(&file, yaml).unwrap();
         let out = Command::new(BIN)
