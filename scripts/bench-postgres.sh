@@ -15,7 +15,7 @@ source scripts/services/bench-postgres-env.sh
 t0=$(now); $PSQL -c "COPY accounts TO STDOUT" > /dev/null; t1=$(now)
 copy_secs=$(calc "$t1 - $t0")
 
-"$CARGO_TARGET_DIR/release/sluice" serve --data-dir "$DIR/sluice" --listen "127.0.0.1:$API" >/dev/null 2>"$DIR/sluice.log" &
+RUST_LOG=${SLUICE_LOG:-info} "$CARGO_TARGET_DIR/release/sluice" serve --data-dir "$DIR/sluice" --listen "127.0.0.1:$API" >/dev/null 2>"$DIR/sluice.log" &
 SLUICE_PID=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$API/health" >/dev/null && break; sleep 0.1; done
 # curl and sed only: a Python per poll would take CPU from the run it measures.
@@ -55,3 +55,6 @@ printf "snapshot / COPY: %.2f\n" "$(calc "$copy_secs / $snap_secs")"
 echo "largest slot lag sampled during the updates: $max_lag bytes"
 echo "server log (snapshot timeline):"
 sed 's/\x1b\[[0-9;]*m//g' "$DIR/sluice.log" | grep -E "Copying|Snapshot read|Stream started|slot" | head -8 | sed 's/^/  /'
+# SLUICE_LOG="info,sluice_core::pipeline=debug" keeps the server's log (per-batch decode_ms and
+# write_ms) in /tmp/bench-postgres-sluice.log.
+if [ -n "${SLUICE_LOG:-}" ]; then cp "$DIR/sluice.log" /tmp/bench-postgres-sluice.log; fi
