@@ -26,7 +26,7 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>)
     if let Some(mut declared) = declared {
         for sync in std::mem::take(&mut declared.syncs) {
             let name = sync.name.clone();
-            syncs.save(sync).await.map_err(|e| format!("syncs.{name}: {e}"))?;
+            syncs.save_declared(sync).await.map_err(|e| format!("syncs.{name}: {e}"))?;
         }
         apply_declared(&supervisor, declared).await?;
     }

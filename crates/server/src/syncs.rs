@@ -71,10 +71,25 @@ impl Syncs {
 
     /// Store a sync (created or replaced) after checking its query and destination.
     pub async fn save(&self, config: SyncConfig) -> Result<()> {
+        self.save_checked(config, false).await
+    }
+
+    /// Store a sync declared in the config file. A destination that cannot be reached yet
+    /// does not stop the server from starting: it is logged, and each run reports it.
+    pub async fn save_declared(&self, config: SyncConfig) -> Result<()> {
+        self.save_checked(config, true).await
+    }
+
+    async fn save_checked(&self, config: SyncConfig, unreachable_ok: bool) -> Result<()> {
         config.validate()?;
         let sql = config.query.clone();
         self.workspace.with_connection(move |c| sluice_connectors::workspace::check_read_only(c, &sql)).await?;
-        build_destination(&config.destination)?.check().await?;
+        match build_destination(&config.destination)?.check().await {
+            Err(e) if unreachable_ok && e.is_retryable() => {
+                tracing::warn!(sync = %config.name, error = %e, "The sync's destination cannot be reached yet.");
+            }
+            other => other?,
+        }
         let stored = serde_json::to_value(&config)
             .map_err(|e| Error::new(ErrorKind::Fatal, "cannot store the sync").with_source(e))?;
         let previous = self.get(&config.name).await;

@@ -228,6 +228,18 @@ async fn declared_streams_from_yaml_and_bad_config_names_the_field() {
     assert_eq!(server.run_sync("daily").await["rows_sent"], json!(1));
     server.stop();
 
+    // A declared destination that is down does not stop the server: each run reports it.
+    std::fs::write(
+        &file,
+        "syncs:\n  - name: later\n    query: SELECT 1 AS n\n    destination:\n      kind: postgres\n      host: 127.0.0.1\n      port: 9\n      database: d\n      user: u\n      table: t\n",
+    )
+    .unwrap();
+    let server = Server::start_with(&dir.0, &["--config", file.to_str().unwrap()]).await;
+    let run = server.run_sync("later").await;
+    assert_eq!(run["status"], "failed");
+    assert!(run["error"].as_str().unwrap().contains("cannot connect"), "{run}");
+    server.stop();
+
     for (yaml, field) in [
         ("streams:\n  - name: x\n    tabel: y\n", "tabel"),
         ("streams:\n  - name: x\n    table: y\n    flush:\n      max_wait_ms: 0\n", "flush.max_wait_ms"),
