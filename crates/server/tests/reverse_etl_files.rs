@@ -254,6 +254,15 @@ async fn preview_and_schedule() {
             .is_some_and(|r| r.iter().filter(|x| x["trigger"] == "schedule" && x["status"] == "succeeded").count() >= 2)
     })
     .await;
+    // Run outcomes in Prometheus.
+    let text = server.http.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let runs = text
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice_sync_runs_total{sync=\"tick\",status=\"succeeded\"} "))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(runs.is_some_and(|n| n >= 2), "{text}");
+    assert!(text.contains("sluice_sync_last_run_success{sync=\"s\"} 1"), "{text}");
+    assert!(text.contains("sluice_sync_runs_total{sync=\"s\",status=\"failed\"} 0"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

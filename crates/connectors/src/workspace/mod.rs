@@ -18,7 +18,7 @@ use sluice_core::{Error, ErrorKind, Result};
 pub use query::{QueryResult, check_read_only, query_connection};
 pub use state::StoredStream;
 pub use sync_plan::Plan;
-pub use sync_state::RunRecord;
+pub use sync_state::{RunRecord, RunSummary};
 
 /// WAL size at which DuckDB checkpoints (see `Workspace::open`).
 pub const WAL_CHECKPOINT: &str = "64MB";

@@ -77,7 +77,57 @@ fn read_run(r: &duckdb::Row<'_>) -> duckdb::Result<RunRecord> {
     })
 }
 
+/// Run counts and the last finished run of one sync, for metrics.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunSummary {
+    /// Runs that succeeded.
+    pub succeeded: i64,
+    /// Runs that failed.
+    pub failed: i64,
+    /// Whether the last finished run succeeded.
+    pub last_ok: Option<bool>,
+    /// Its duration.
+    pub last_duration_ms: Option<i64>,
+    /// Its rows sent.
+    pub last_rows_sent: Option<i64>,
+    /// When the last successful run finished (seconds since the epoch).
+    pub last_success_epoch: Option<f64>,
+}
+
 impl Workspace {
+    /// Run counts and last runs, by sync.
+    pub async fn run_summaries(&self) -> Result<std::collections::HashMap<String, RunSummary>> {
+        self.with_connection(|c| {
+            let mut stmt = c
+                .prepare(
+                    "SELECT sync, count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed'), \
+                     arg_max(status = 'succeeded', finished_at) FILTER (WHERE finished_at IS NOT NULL), \
+                     arg_max(duration_ms, finished_at) FILTER (WHERE finished_at IS NOT NULL), \
+                     arg_max(rows_sent, finished_at) FILTER (WHERE finished_at IS NOT NULL), \
+                     epoch(max(finished_at) FILTER (WHERE status = 'succeeded'))::DOUBLE \
+                     FROM sluice.sync_runs GROUP BY sync",
+                )
+                .map_err(db_error)?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        RunSummary {
+                            succeeded: r.get(1)?,
+                            failed: r.get(2)?,
+                            last_ok: r.get(3)?,
+                            last_duration_ms: r.get(4)?,
+                            last_rows_sent: r.get(5)?,
+                            last_success_epoch: r.get(6)?,
+                        },
+                    ))
+                })
+                .map_err(db_error)?;
+            rows.map(|r| r.map_err(db_error)).collect()
+        })
+        .await
+    }
+
     /// Every stored sync: (name, config JSON).
     pub async fn syncs(&self) -> Result<Vec<(String, serde_json::Value)>> {
         self.with_connection(|c| {

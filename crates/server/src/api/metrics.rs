@@ -1,5 +1,6 @@
 //! Metrics: JSON per stream and for all, and Prometheus text.
 
+use std::collections::HashMap;
 use std::fmt::Write;
 
 use axum::Json;
@@ -7,6 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::{Map, Value, json};
+use sluice_connectors::workspace::RunSummary;
 use sluice_core::MetricsSnapshot;
 
 use super::{ApiError, AppState};
@@ -30,7 +32,47 @@ pub async fn all(State(state): State<AppState>) -> Json<Value> {
 pub async fn prometheus(State(state): State<AppState>) -> impl IntoResponse {
     let snapshots: Vec<(String, MetricsSnapshot)> =
         state.supervisor.list().await.iter().map(|s| (s.config.name.clone(), s.metrics.snapshot())).collect();
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], render(&snapshots))
+    let mut text = render(&snapshots);
+    let summaries = state.syncs.workspace().run_summaries().await.unwrap_or_default();
+    let names: Vec<String> = state.syncs.list().await.iter().map(|e| e.config.name.clone()).collect();
+    render_syncs(&mut text, &names, &summaries);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+/// Reverse ETL syncs: run counts and the last finished run of each.
+fn render_syncs(out: &mut String, names: &[String], runs: &HashMap<String, RunSummary>) {
+    let none = RunSummary::default();
+    let _ =
+        writeln!(out, "# HELP sluice_sync_runs_total Finished runs by status.\n# TYPE sluice_sync_runs_total counter");
+    for name in names {
+        let r = runs.get(name).unwrap_or(&none);
+        let sync = escape(name);
+        let _ = writeln!(out, "sluice_sync_runs_total{{sync=\"{sync}\",status=\"succeeded\"}} {}", r.succeeded);
+        let _ = writeln!(out, "sluice_sync_runs_total{{sync=\"{sync}\",status=\"failed\"}} {}", r.failed);
+    }
+    type Get = fn(&RunSummary) -> Option<f64>;
+    let gauges: [(&str, &str, Get); 4] = [
+        ("sluice_sync_last_run_success", "1 if the last finished run succeeded.", |r| {
+            r.last_ok.map(|ok| f64::from(u8::from(ok)))
+        }),
+        ("sluice_sync_last_run_duration_seconds", "Duration of the last finished run.", |r| {
+            r.last_duration_ms.map(|ms| ms as f64 / 1000.0)
+        }),
+        ("sluice_sync_last_run_rows_sent", "Rows and deletes the last finished run sent.", |r| {
+            r.last_rows_sent.map(|n| n as f64)
+        }),
+        ("sluice_sync_last_success_timestamp_seconds", "When the last successful run finished.", |r| {
+            r.last_success_epoch
+        }),
+    ];
+    for (family, help, get) in gauges {
+        let _ = writeln!(out, "# HELP {family} {help}\n# TYPE {family} gauge");
+        for name in names {
+            if let Some(v) = runs.get(name).and_then(get) {
+                let _ = writeln!(out, "{family}{{sync=\"{}\"}} {v}", escape(name));
+            }
+        }
+    }
 }
 
 type Getter = fn(&MetricsSnapshot) -> f64;
