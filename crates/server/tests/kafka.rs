@@ -8,7 +8,7 @@ use crate::broker::{Broker, produce};
 use crate::harness::{DataDir, Server, wait_until};
 
 /// Consumer settings from the broker notes: short sessions so group changes settle quickly.
-fn test_properties() -> Value {
+pub fn test_properties() -> Value {
     json!({
         "session.timeout.ms": "6000",
         "heartbeat.interval.ms": "500",
