@@ -108,6 +108,7 @@ impl Cdc {
                 relation.key.iter().filter_map(|k| relation.columns.iter().position(|c| &c.0 == k)).collect();
             // Qualified, so that ordering uses the columns and not the select list's texts.
             let keys: Vec<String> = relation.key.iter().map(|k| format!("t.{}", quote_ident(k))).collect();
+            let mut limit = self.config.snapshot_chunk_rows.min(2_000);
             loop {
                 let filter = match &after {
                     Some(last) => {
@@ -128,12 +129,12 @@ impl Cdc {
                     quote_ident(schema),
                     quote_ident(name),
                     keys.join(", "),
-                    self.config.snapshot_chunk_rows
+                    limit
                 );
                 let stream = client.copy_out(&sql).await.map_err(|e| sql_error(&format!("copying {table}"), &e))?;
                 futures_util::pin_mut!(stream);
                 // Each data message is one row: kept as received, with no copy into one buffer.
-                let mut lines: Vec<bytes::Bytes> = Vec::with_capacity(self.config.snapshot_chunk_rows as usize);
+                let mut lines: Vec<bytes::Bytes> = Vec::with_capacity(limit as usize);
                 while let Some(part) = stream.next().await {
                     lines.push(part.map_err(|e| sql_error(&format!("copying {table}"), &e))?);
                 }
@@ -157,7 +158,9 @@ impl Cdc {
                     },
                 }];
                 let rows = count;
-                let done = rows < self.config.snapshot_chunk_rows as usize;
+                let done = rows < limit as usize;
+                // Small first chunks fill the pipeline (read, decode, write) sooner.
+                limit = (limit * 4).min(self.config.snapshot_chunk_rows);
                 copied_rows += rows as u64;
                 if done {
                     progress.copied.push(table.clone());
