@@ -121,6 +121,10 @@ async fn run_batches(
         decoded_to = unit.checkpoint.clone();
         drain(s, inflight, durable).await?;
         *inflight = Some(submit(s, unit, arrived));
+        // Let the write task start before the next decode: tokio runs a task spawned here on this
+        // worker (its LIFO slot) only once this task yields, and decoding does not yield, so the
+        // write would otherwise wait for the next decode instead of overlapping it.
+        tokio::task::yield_now().await;
         if ended {
             return Ok(());
         }
