@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use futures_util::StreamExt;
+use sluice_core::decode::unescape_copy_field;
 use sluice_core::{ColumnType, CopyRows, Error, ErrorKind, Payload, Record, RecordMeta, Result};
 
 use super::cdc::{Cdc, Progress, RelationInfo};
@@ -236,27 +237,7 @@ fn column_type(info: &TypeInfo, typmod: i32) -> ColumnType {
 fn last_key(line: &[u8], key_fields: &[usize]) -> Option<Vec<String>> {
     let line = String::from_utf8_lossy(line.strip_suffix(b"\n").unwrap_or(line));
     let fields: Vec<&str> = line.split('\t').collect();
-    key_fields.iter().map(|i| fields.get(*i).map(|f| unescape_copy(f))).collect()
-}
-
-/// A `COPY` text field without its backslash escapes.
-fn unescape_copy(field: &str) -> String {
-    let mut out = String::with_capacity(field.len());
-    let mut chars = field.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('t') => out.push('\t'),
-            Some('n') => out.push('\n'),
-            Some('r') => out.push('\r'),
-            Some(other) => out.push(other),
-            None => {}
-        }
-    }
-    out
+    key_fields.iter().map(|i| fields.get(*i).map(|f| unescape_copy_field(f).into_owned())).collect()
 }
 
 /// The SQL type of key column `k`, for the typed literal of a keyset filter.

@@ -22,9 +22,9 @@ fn provider() -> Arc<CryptoProvider> {
 
 /// The rustls client config for `mode`; `None` for `disable`.
 pub(crate) fn client_config(mode: SslMode, root: Option<&Path>) -> Result<Option<rustls::ClientConfig>> {
-    let verifier: Arc<dyn ServerCertVerifier> = match mode {
+    let chain = match mode {
         SslMode::Disable => return Ok(None),
-        SslMode::Prefer | SslMode::Require => Arc::new(Unverified(provider())),
+        SslMode::Prefer | SslMode::Require => None,
         SslMode::VerifyCa | SslMode::VerifyFull => {
             let root = root.ok_or_else(|| Error::config("sslrootcert", "verify-ca and verify-full need a CA file"))?;
             let mut roots = RootCertStore::empty();
@@ -37,62 +37,29 @@ pub(crate) fn client_config(mode: SslMode, root: Option<&Path>) -> Result<Option
             let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
                 .build()
                 .map_err(|e| Error::config("sslrootcert", e))?;
-            if mode == SslMode::VerifyFull { webpki } else { Arc::new(ChainOnly(webpki)) }
+            Some(webpki)
         }
     };
+    let verifier = Verifier { chain, host: mode == SslMode::VerifyFull, provider: provider() };
     let config = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::new(ErrorKind::Fatal, "TLS setup").with_source(e))?
         .dangerous()
-        .with_custom_certificate_verifier(verifier)
+        .with_custom_certificate_verifier(Arc::new(verifier))
         .with_no_client_auth();
     Ok(Some(config))
 }
 
-/// `require` and `prefer`: encrypted, the certificate not checked (libpq's meaning).
+/// libpq's checks: none (`prefer`, `require`: encrypted, the certificate not checked), the
+/// chain against the CA (`verify-ca`), or the chain and the host name (`verify-full`).
 #[derive(Debug)]
-struct Unverified(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct Verifier {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    host: bool,
+    provider: Arc<CryptoProvider>,
 }
 
-/// `verify-ca`: the chain must lead to the CA; the host name is not compared.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -101,10 +68,11 @@ impl ServerCertVerifier for ChainOnly {
         ocsp: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
+        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
+            )) if !self.host => Ok(ServerCertVerified::assertion()),
             other => other,
         }
     }
@@ -115,7 +83,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -124,11 +92,11 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 

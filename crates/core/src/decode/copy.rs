@@ -112,8 +112,9 @@ fn push_snapshot(m: &mut MirrorWrite, seq: i64) {
     m.source_orders.push(None);
 }
 
-/// A field without its backslash escapes (`\\`, `\t`, `\n`, `\r`, `\b`, `\f`, `\v`, octal, hex).
-fn unescape(field: &str) -> Cow<'_, str> {
+/// A `COPY` text field without its backslash escapes (`\\`, `\t`, `\n`, `\r`, `\b`, `\f`, `\v`,
+/// octal, hex).
+pub fn unescape(field: &str) -> Cow<'_, str> {
     if !field.contains('\\') {
         return Cow::Borrowed(field);
     }

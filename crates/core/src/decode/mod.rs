@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use change::{ChangeConfig, Format, Mode};
+pub use copy::unescape as unescape_copy_field;
 
 use crate::batch::{MirrorWrite, Payload, Record, RecordMeta, Reject, SnapshotWrite, TableWrite};
 use crate::error::{Error, ErrorKind, Result};
