@@ -26,9 +26,13 @@ async fn write(ws: &Workspace, decoder: &mut Decoder, cp: &mut Checkpoint, value
         sequence: decoded.last_sequence,
         totals: Default::default(),
     };
-    let unit =
-        WriteUnit { stream: "s".into(), tables: decoded.tables, rejects: decoded.rejects, checkpoint: next.clone() };
-    ws.write(&unit).await.unwrap();
+    let unit = WriteUnit {
+        stream: "s".into(),
+        tables: decoded.tables,
+        rejects: decoded.rejects.finish(),
+        checkpoint: next.clone(),
+    };
+    ws.write(std::sync::Arc::new(unit)).await.unwrap();
     decoder.commit(pending);
     *cp = next;
 }

@@ -130,8 +130,8 @@ pub struct Reject {
     pub value: String,
     /// The stream sequence of the event.
     pub sequence: i64,
-    /// Why.
-    pub reason: String,
+    /// Why (most reasons are fixed text, shared by every row that has them).
+    pub reason: std::borrow::Cow<'static, str>,
     /// When it was received, microseconds since the epoch.
     pub received_us: i64,
     /// Source coordinates, e.g. `{"topic": "t", "partition": 0, "offset": 42}`.
@@ -146,7 +146,7 @@ pub struct WriteUnit {
     /// Rows per table.
     pub tables: Vec<TableWrite>,
     /// Ledger rows.
-    pub rejects: Vec<Reject>,
+    pub rejects: crate::rejects::RejectBatch,
     /// The checkpoint reached once this unit is durable.
     pub checkpoint: Checkpoint,
 }
@@ -164,8 +164,11 @@ pub struct Record {
 /// answer 400 synchronously), or an input the edge already found bad.
 #[derive(Debug, Clone)]
 pub enum Payload {
-    /// Raw bytes; the decoder parses them.
+    /// Raw bytes of one message (an object, or an array of objects); the decoder parses them.
     Bytes(bytes::Bytes),
+    /// A push body the HTTP edge already checked (an object, an array of objects or NDJSON);
+    /// the decoder parses it one event at a time, so it is never held as one tree.
+    Body(bytes::Bytes),
     /// A parsed JSON value.
     Json(Value),
     /// Rows of a table snapshot in PostgreSQL's `COPY` text format.

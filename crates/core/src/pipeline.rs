@@ -210,7 +210,7 @@ fn decode(s: &mut Stream<'_>, chunks: Vec<Chunk>, from: &Checkpoint) -> Result<(
     let unit = WriteUnit {
         stream: s.name.to_string(),
         tables: decoded.tables,
-        rejects: decoded.rejects,
+        rejects: decoded.rejects.finish(),
         checkpoint: Checkpoint { position, sequence: decoded.last_sequence, totals },
     };
     Ok((unit, arrived))
@@ -219,12 +219,13 @@ fn decode(s: &mut Stream<'_>, chunks: Vec<Chunk>, from: &Checkpoint) -> Result<(
 /// Hand a unit to the sink on its own task, retrying what may succeed.
 fn submit(s: &Stream<'_>, unit: WriteUnit, arrived: Vec<Instant>) -> InFlight {
     let checkpoint = unit.checkpoint.clone();
+    let unit = Arc::new(unit);
     let (sink, metrics, cancel, name) = (s.sink.clone(), s.metrics.clone(), s.cancel.clone(), s.name.to_string());
     let task = tokio::spawn(async move {
         let started = Instant::now();
         let mut backoff = Duration::from_millis(100);
         loop {
-            match sink.write(&unit).await {
+            match sink.write(unit.clone()).await {
                 Ok(()) => break,
                 Err(e) if e.is_retryable() && !cancel.is_cancelled() => {
                     tracing::warn!(stream = %name, error = %e, "Write failed; retrying.");

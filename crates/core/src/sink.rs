@@ -1,5 +1,7 @@
 //! The Sink and StateStore traits: where batches go, and where a stream's progress is kept.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
 use crate::batch::{Checkpoint, WriteUnit};
@@ -12,7 +14,7 @@ use crate::schema::TableSchema;
 #[async_trait]
 pub trait Sink: Send + Sync {
     /// Apply `unit` atomically and durably.
-    async fn write(&self, unit: &WriteUnit) -> Result<()>;
+    async fn write(&self, unit: Arc<WriteUnit>) -> Result<()>;
 }
 
 /// Where streams' checkpoints and the destination's table schemas are read back from.

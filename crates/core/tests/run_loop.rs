@@ -56,7 +56,7 @@ struct FakeSink {
 
 #[async_trait]
 impl Sink for FakeSink {
-    async fn write(&self, unit: &WriteUnit) -> Result<()> {
+    async fn write(&self, unit: std::sync::Arc<WriteUnit>) -> Result<()> {
         self.log.lock().unwrap().attempts += 1;
         if let Some(kind) = self.fail.lock().unwrap().pop() {
             return Err(Error::new(kind, "injected"));

@@ -4,6 +4,7 @@ mod api;
 mod bench;
 mod config;
 mod keys;
+mod listener;
 mod query_cli;
 mod serve;
 mod supervisor;
@@ -50,6 +51,10 @@ enum Command {
         /// A YAML file of declared streams, created or updated at start.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Memory for push bodies held at once, in MiB, server-wide: from the first byte read
+        /// until the answer. A push that finds no room within 10 s gets 429.
+        #[arg(long, default_value_t = 64)]
+        push_memory_mb: usize,
     },
     /// Run one read-only SELECT on the workspace and print a table.
     Sql {
@@ -104,7 +109,9 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve { data_dir, listen, config } => serve::run(data_dir, listen, config).await,
+            Command::Serve { data_dir, listen, config, push_memory_mb } => {
+                serve::run(data_dir, listen, config, push_memory_mb << 20).await
+            }
             Command::Sql { sql, server, data_dir, json, limit } => {
                 query_cli::run(&sql, server, &data_dir, json, limit).await
             }

@@ -12,7 +12,12 @@ use crate::supervisor::Supervisor;
 use crate::syncs::Syncs;
 
 /// Run until SIGINT or SIGTERM.
-pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>) -> Result<(), String> {
+pub async fn run(
+    data_dir: PathBuf,
+    listen: SocketAddr,
+    config: Option<PathBuf>,
+    push_memory: usize,
+) -> Result<(), String> {
     // A bad config fails before anything is opened or created.
     let declared = match &config {
         Some(path) => Some(FileConfig::load(path)?),
@@ -37,11 +42,9 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>)
     println!("  workspace: {}", workspace.path().display());
     println!("  API:       http://{local}");
     tracing::info!(workspace = %workspace.path().display(), api = %local, "Sluice started.");
-    let app = api::router(AppState { supervisor: supervisor.clone(), syncs: syncs.clone() });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| format!("server error: {e}"))?;
+    let push_budget = api::PushBudget::new(push_memory);
+    let app = api::router(AppState { supervisor: supervisor.clone(), syncs: syncs.clone(), push_budget });
+    crate::listener::serve(listener, app, shutdown_signal()).await;
     syncs.stop_all().await;
     supervisor.stop_all().await;
     tracing::info!("Sluice stopped.");
@@ -51,6 +54,7 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>)
 /// Create or update the streams of a config file. A new stream without a `push_key` gets a
 /// generated one, printed once.
 async fn apply_declared(supervisor: &Supervisor, declared: FileConfig) -> Result<(), String> {
+    let _changing = supervisor.lock_changes().await;
     for mut config in declared.streams {
         if let Some(owner) = supervisor.table_owner(&config.table, &config.name).await {
             return Err(format!(

@@ -1,7 +1,7 @@
 //! Runs every stream: builds its source, restores its checkpoint and schema, runs the core loop,
 //! and restarts it with backoff after a failure.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,12 +42,44 @@ impl RunningStream {
 pub struct Supervisor {
     workspace: Workspace,
     streams: Arc<RwLock<HashMap<String, Arc<RunningStream>>>>,
+    /// Streams being restarted with a new config: absent from `streams` for a moment, but not
+    /// gone. Always locked before `streams` when both are held.
+    restarting: Arc<RwLock<HashSet<String>>>,
+    /// Serializes changes to the set of streams (create, patch, delete, resnapshot), so checks
+    /// such as "the name is free" and "the table has no other writer" hold until the change.
+    changes: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// What a name stands for right now.
+pub enum Lookup {
+    /// A running stream.
+    Running(Arc<RunningStream>),
+    /// A stream in the middle of a restart: try again in a moment.
+    Restarting,
+    /// No such stream.
+    Missing,
 }
 
 impl Supervisor {
     /// A supervisor over `workspace`, with no stream started yet.
     pub fn new(workspace: Workspace) -> Self {
-        Self { workspace, streams: Arc::default() }
+        Self { workspace, streams: Arc::default(), restarting: Arc::default(), changes: Arc::default() }
+    }
+
+    /// Hold this while checking and changing the set of streams.
+    pub async fn lock_changes(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.changes.clone().lock_owned().await
+    }
+
+    /// A stream by name, telling a restart apart from a stream that does not exist.
+    pub async fn lookup(&self, name: &str) -> Lookup {
+        let restarting = self.restarting.read().await;
+        let streams = self.streams.read().await;
+        match streams.get(name) {
+            Some(stream) => Lookup::Running(stream.clone()),
+            None if restarting.contains(name) => Lookup::Restarting,
+            None => Lookup::Missing,
+        }
     }
 
     /// The workspace.
@@ -96,6 +128,15 @@ impl Supervisor {
     pub async fn save_and_start(&self, config: StreamConfig, key_hash: String) -> Result<()> {
         let stored = serde_json::to_value(&config)
             .map_err(|e| Error::new(ErrorKind::Fatal, "cannot serialize config").with_source(e))?;
+        let name = config.name.clone();
+        self.restarting.write().await.insert(name.clone());
+        let result = self.restart(config, stored, key_hash).await;
+        self.restarting.write().await.remove(&name);
+        result
+    }
+
+    /// Stop the old run of a stream (if any) and start the new config, or the old one again.
+    async fn restart(&self, config: StreamConfig, stored: serde_json::Value, key_hash: String) -> Result<()> {
         let previous = self.stop(&config.name).await;
         if let Err(e) = self.start(config.clone(), key_hash.clone()).await {
             if let Some(old) = previous {
@@ -125,6 +166,13 @@ impl Supervisor {
     /// Start `name` over from its source: release what it holds there (a Postgres slot), forget
     /// its position, and start it again (a Postgres stream then copies its tables again).
     pub async fn resnapshot(&self, name: &str) -> Result<bool> {
+        self.restarting.write().await.insert(name.to_string());
+        let result = self.start_over(name).await;
+        self.restarting.write().await.remove(name);
+        result
+    }
+
+    async fn start_over(&self, name: &str) -> Result<bool> {
         let Some(stream) = self.stop(name).await else { return Ok(false) };
         if let Err(e) = sluice_connectors::release_source(&stream.config.source, name).await {
             tracing::warn!(stream = name, error = %e, "Could not release the source's resources.");
@@ -178,6 +226,9 @@ impl Supervisor {
     }
 }
 
+/// A run that lasted this long before failing counts as healthy: the backoff starts over.
+const HEALTHY_RUN: Duration = Duration::from_secs(10);
+
 /// Run the loop; after a failure wait with backoff, reload the checkpoint and run again.
 async fn supervise(
     config: StreamConfig,
@@ -188,8 +239,10 @@ async fn supervise(
     metrics: Arc<StreamMetrics>,
     cancel: CancellationToken,
 ) {
-    let mut backoff = Duration::from_millis(200);
+    const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+    let mut backoff = FIRST_BACKOFF;
     loop {
+        let started = std::time::Instant::now();
         let stream = Stream {
             name: &config.name,
             source: source.as_mut(),
@@ -205,6 +258,11 @@ async fn supervise(
                 return;
             }
             Err(e) => {
+                // A run that went well for a while starts the backoff over: a failure now and
+                // then must not leave the stream waiting 30 s after each one.
+                if started.elapsed() >= HEALTHY_RUN {
+                    backoff = FIRST_BACKOFF;
+                }
                 tracing::error!(stream = %config.name, error = %e, "Stream failed; restarting.");
                 metrics.set_state("failed", Some(e.to_string()));
                 tokio::select! {

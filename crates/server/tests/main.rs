@@ -11,6 +11,7 @@ mod postgres;
 mod api;
 mod crash;
 mod debezium_real;
+mod hardening;
 mod kafka;
 mod kafka_faults;
 mod kinesis;

@@ -16,11 +16,14 @@ pub struct HttpPushConfig {
     pub max_body_bytes: usize,
     /// Bodies waiting to be written before pushes wait their turn.
     pub queue: usize,
+    /// Events of one body that are not JSON objects (each a ledger row); a body with more is
+    /// refused whole with 422, so one request cannot flood the ledger.
+    pub max_invalid_events: usize,
 }
 
 impl Default for HttpPushConfig {
     fn default() -> Self {
-        Self { max_body_bytes: 16 << 20, queue: 1024 }
+        Self { max_body_bytes: 16 << 20, queue: 1024, max_invalid_events: 1000 }
     }
 }
 
@@ -61,6 +64,8 @@ pub struct PushHandle {
     tx: mpsc::Sender<Push>,
     /// The body limit for this stream.
     pub max_body_bytes: usize,
+    /// Most events of one body that may be refused before the whole body is.
+    pub max_invalid_events: usize,
 }
 
 impl PushHandle {
@@ -84,7 +89,7 @@ pub fn channel(config: &HttpPushConfig) -> (HttpPushSource, PushHandle) {
     let (tx, rx) = mpsc::channel(config.queue);
     (
         HttpPushSource { rx, next_id: 0, pending: VecDeque::new() },
-        PushHandle { tx, max_body_bytes: config.max_body_bytes },
+        PushHandle { tx, max_body_bytes: config.max_body_bytes, max_invalid_events: config.max_invalid_events },
     )
 }
 

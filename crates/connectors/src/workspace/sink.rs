@@ -1,15 +1,17 @@
 //! The workspace sink: one writer thread applies each write unit in one DuckDB transaction:
 //! schema changes, rows (through the Arrow appender), rejects and the stream's checkpoint.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
-use duckdb::{Connection, params};
+use duckdb::Connection;
 use sluice_core::schema::SchemaChange;
 use sluice_core::{Error, ErrorKind, Result, Sink, WriteUnit};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Workspace, db_error, in_transaction, quote};
 
-type Job = (WriteUnit, oneshot::Sender<Result<()>>);
+type Job = (Arc<WriteUnit>, oneshot::Sender<Result<()>>);
 
 /// The writer thread's mailbox.
 #[derive(Clone)]
@@ -23,8 +25,14 @@ impl Writer {
         std::thread::Builder::new()
             .name("workspace-writer".into())
             .spawn(move || {
+                let mut layouts = Layouts::default();
                 while let Some((unit, reply)) = rx.blocking_recv() {
-                    let _ = reply.send(apply(&conn, &unit));
+                    let result = apply(&conn, &unit, &mut layouts);
+                    if result.is_err() {
+                        // The transaction rolled back, its DDL with it.
+                        layouts.clear();
+                    }
+                    let _ = reply.send(result);
                 }
             })
             .map_err(|e| Error::new(ErrorKind::Fatal, "cannot start the workspace writer").with_source(e))?;
@@ -34,11 +42,11 @@ impl Writer {
 
 #[async_trait]
 impl Sink for Workspace {
-    async fn write(&self, unit: &WriteUnit) -> Result<()> {
+    async fn write(&self, unit: Arc<WriteUnit>) -> Result<()> {
         let (reply, done) = oneshot::channel();
         self.writer
             .tx
-            .send((unit.clone(), reply))
+            .send((unit, reply))
             .await
             .map_err(|_| Error::new(ErrorKind::Fatal, "workspace writer stopped"))?;
         done.await.map_err(|_| Error::new(ErrorKind::Fatal, "workspace writer stopped"))?
@@ -68,12 +76,47 @@ fn history_ddl(conn: &Connection, table: &str, change: &SchemaChange) -> Result<
     conn.execute_batch(&sql).map_err(db_error)
 }
 
-fn apply(conn: &Connection, unit: &WriteUnit) -> Result<()> {
-    in_transaction(conn, |c| apply_in_transaction(c, unit))
+/// Each table's columns in order, as the catalog has them, learnt once and forgotten on DDL.
+///
+/// An appender given a column list costs DuckDB time in the square of the table's width (it
+/// rebuilds its chunk per column added: 1 s per push to a 1,000-column table); a batch that has
+/// every column in table order takes the plain appender instead.
+#[derive(Default)]
+struct Layouts(std::collections::HashMap<String, Vec<String>>);
+
+impl Layouts {
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    fn is_whole_table(&mut self, conn: &Connection, table: &str, names: &[&str]) -> Result<bool> {
+        if !self.0.contains_key(table) {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'main' AND table_name = ? \
+                     ORDER BY column_index",
+                )
+                .map_err(db_error)?;
+            let columns = stmt
+                .query_map([table], |r| r.get::<_, String>(0))
+                .map_err(db_error)?
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(db_error)?;
+            self.0.insert(table.to_string(), columns);
+        }
+        Ok(self.0[table].iter().map(String::as_str).eq(names.iter().copied()))
+    }
 }
 
-fn apply_in_transaction(conn: &Connection, unit: &WriteUnit) -> Result<()> {
+fn apply(conn: &Connection, unit: &WriteUnit, layouts: &mut Layouts) -> Result<()> {
+    in_transaction(conn, |c| apply_in_transaction(c, unit, layouts))
+}
+
+fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layouts) -> Result<()> {
     for write in &unit.tables {
+        if !write.changes.is_empty() || write.mirror.is_some() {
+            layouts.0.remove(&write.table);
+        }
         let table = quote(&write.table);
         for change in &write.changes {
             let sql = match change {
@@ -108,29 +151,18 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit) -> Result<()> {
         }
         let schema = write.data.schema();
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-        let mut appender = conn.appender_with_columns_to_db(&write.table, "main", &names).map_err(db_error)?;
+        let mut appender = if layouts.is_whole_table(conn, &write.table, &names)? {
+            conn.appender_to_db(&write.table, "main").map_err(db_error)?
+        } else {
+            conn.appender_with_columns_to_db(&write.table, "main", &names).map_err(db_error)?
+        };
         appender.append_record_batch(write.data.clone()).map_err(db_error)?;
         appender.flush().map_err(db_error)?;
     }
     if !unit.rejects.is_empty() {
         let mut appender = conn.appender_to_db("rejects", super::SCHEMA).map_err(db_error)?;
         let now = chrono::Utc::now().timestamp_micros();
-        for r in &unit.rejects {
-            appender
-                .append_row(params![
-                    unit.stream,
-                    r.table,
-                    r.column,
-                    r.expected.map(|t| t.sql().into_owned()),
-                    r.value,
-                    r.sequence,
-                    r.reason,
-                    r.source.as_ref().map(|s| s.to_string()),
-                    duckdb::types::Value::Timestamp(duckdb::types::TimeUnit::Microsecond, r.received_us),
-                    duckdb::types::Value::Timestamp(duckdb::types::TimeUnit::Microsecond, now),
-                ])
-                .map_err(db_error)?;
-        }
+        appender.append_record_batch(unit.rejects.to_ledger(&unit.stream, now)).map_err(db_error)?;
         appender.flush().map_err(db_error)?;
     }
     super::state::save_checkpoint(conn, &unit.stream, &unit.checkpoint)

@@ -212,8 +212,8 @@ mod tests {
         assert_eq!(write.table, "t");
         assert!(write.mirror.is_none(), "snapshot rows are appended, not merged");
         assert!(write.snapshot.is_some_and(|s| s.clear));
-        let reasons: Vec<(Option<String>, &str)> =
-            out.rejects.iter().map(|r| (r.column.clone(), r.reason.as_str())).collect();
+        let reasons: Vec<(Option<String>, String)> =
+            out.rejects.iter().map(|r| (r.column.clone(), r.reason.to_string())).collect();
         assert_eq!(reasons.len(), 3, "{reasons:?}");
         assert_eq!(reasons[0].0.as_deref(), Some("day"), "{reasons:?}");
         assert_eq!(reasons[1].0.as_deref(), Some("amount"), "99999.99 does not fit DECIMAL(6,2): {reasons:?}");

@@ -7,9 +7,10 @@ use serde_json::{Map, Value};
 
 use super::change::{Change, Format, extract, render};
 use super::{Ctx, Decoded, Decoder, MetadataConfig, TableBuilder};
-use crate::batch::{ChangeOp, MirrorWrite, Payload, RecordMeta, Reject};
+use crate::batch::{ChangeOp, MirrorWrite, Payload, RecordMeta};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::logical::TYPED_MARK;
+use crate::rejects::Rejects;
 use crate::schema::{ColumnType, fit};
 
 impl Decoder {
@@ -35,7 +36,9 @@ impl Decoder {
                 out.rejects.push(reject(raw, reason));
                 return Ok(());
             }
-            Payload::Bytes(_) | Payload::Copy(_) => return Err(Error::new(ErrorKind::Fatal, "nested raw payload")),
+            Payload::Bytes(_) | Payload::Body(_) | Payload::Copy(_) => {
+                return Err(Error::new(ErrorKind::Fatal, "nested raw payload"));
+            }
         };
         let raw = || serde_json::to_string(&event).unwrap_or_default();
         let raw_text = if self.changes.format == Format::Debezium { Some(raw()) } else { None };
@@ -114,7 +117,7 @@ impl TableBuilder {
     }
 
     /// A value the Debezium decoder marked with its column type (JSON, DECIMAL, TIME, …).
-    pub(super) fn put_marked(&mut self, ctx: &Ctx, path: &str, inner: &Map<String, Value>, rejects: &mut Vec<Reject>) {
+    pub(super) fn put_marked(&mut self, ctx: &Ctx, path: &str, inner: &Map<String, Value>, rejects: &mut Rejects) {
         let (Some(v), Some(ty)) =
             (inner.get(TYPED_MARK), inner.get("type").and_then(Value::as_str).and_then(ColumnType::from_sql))
         else {

@@ -8,19 +8,24 @@
 pub mod change;
 mod column;
 mod copy;
+mod metadata;
 mod mirror;
+mod names;
 
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use change::{ChangeConfig, Format, Mode};
 pub use copy::unescape as unescape_copy_field;
+pub use metadata::MetadataConfig;
+pub use names::MAX_NAME_BYTES;
+use names::{bad_name, truncated};
 
 use crate::batch::{MirrorWrite, Payload, Record, RecordMeta, Reject, SnapshotWrite, TableWrite};
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::json::decode_bytes;
+use crate::format::json::{Event, body_events, message_events};
+use crate::rejects::Rejects;
 use crate::schema::{Column, ColumnType, Fit, SchemaChange, TableSchema, fit, kind_of};
 use column::ColumnBuilder;
 
@@ -31,44 +36,13 @@ pub const MAX_DEPTH: usize = 4;
 pub const MAX_COLUMNS: usize = 2000;
 /// Separator between a parent and a child field in a flattened column name.
 pub const SEPARATOR: &str = "__";
-
-/// Optional metadata columns, per stream.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct MetadataConfig {
-    /// `_received_at` TIMESTAMPTZ: when Sluice received the event.
-    pub received_at: bool,
-    /// `_position` BIGINT: the stream's monotonically increasing sequence.
-    pub position: bool,
-    /// `_key` VARCHAR: the message key, for sources that have one.
-    pub key: bool,
-    /// `_topic` VARCHAR: the topic, for sources that have one.
-    pub topic: bool,
-    /// `_partition` BIGINT: the partition, for sources that have one.
-    pub partition: bool,
-    /// `_offset` BIGINT: offset within the partition, for sources that have one.
-    pub offset: bool,
-    /// `_event_time` TIMESTAMPTZ: the producer's timestamp, for sources that have one.
-    pub event_time: bool,
-    /// `_headers` JSON: message headers, for sources that have them.
-    pub headers: bool,
-    /// `_shard_id` VARCHAR: the Kinesis shard.
-    pub shard_id: bool,
-    /// `_sequence_number` VARCHAR: the Kinesis sequence number (up to 128 bits, so text).
-    pub sequence_number: bool,
-    /// `_partition_key` VARCHAR: the Kinesis partition key.
-    pub partition_key: bool,
-    /// `_arrival_time` TIMESTAMPTZ: when Kinesis accepted the record.
-    pub arrival_time: bool,
-}
-
 /// What one decode produced.
 #[derive(Debug, Default)]
 pub struct Decoded {
     /// Rows per table.
     pub tables: Vec<TableWrite>,
     /// Ledger rows.
-    pub rejects: Vec<Reject>,
+    pub rejects: Rejects,
     /// Events seen (rows plus whole-event rejects).
     pub events: u64,
     /// Rows produced.
@@ -118,24 +92,31 @@ impl Decoder {
         let mut order: Vec<String> = Vec::new();
         for record in records {
             let table = self.table_for(&record.meta);
-            let payloads = match record.payload {
-                Payload::Bytes(raw) => decode_bytes(&raw),
+            // Raw payloads are parsed one event at a time: a body of millions of events is
+            // never held as values all at once.
+            let events: Box<dyn Iterator<Item = Event>> = match record.payload {
+                Payload::Bytes(raw) => Box::new(message_events(raw)),
+                Payload::Body(raw) => Box::new(body_events(raw)),
                 Payload::Copy(rows) => {
                     self.copy_rows(&record.meta, rows, &mut builders, &mut order, &mut out)?;
                     continue;
                 }
-                other => vec![other],
+                other => Box::new(std::iter::once(Event { payload: other, duplicates: Vec::new() })),
             };
-            for payload in payloads {
+            for Event { payload, duplicates } in events {
                 out.events += 1;
                 out.last_sequence += 1;
                 let seq = out.last_sequence;
+                let ctx = Ctx { table: &table, meta: &record.meta, seq };
+                for (field, earlier) in duplicates {
+                    let reason = "duplicate field name in one object: the later value was kept";
+                    out.rejects.push(ctx.reject(Some(&field), None, earlier.to_string(), reason));
+                }
                 if self.changes.mode == Mode::Mirror {
                     self.change_event(&record.meta, payload, seq, &mut builders, &mut order, &mut out)?;
                     continue;
                 }
                 let builder = self.builder(&table, &mut builders, &mut order);
-                let ctx = Ctx { table: &table, meta: &record.meta, seq };
                 match payload {
                     Payload::Json(Value::Object(map)) => {
                         builder.push_event(&ctx, &self.metadata, &map, &mut out.rejects);
@@ -146,7 +127,7 @@ impl Decoder {
                     Payload::Json(other) => {
                         out.rejects.push(ctx.reject(None, None, other.to_string(), "expected a JSON object"));
                     }
-                    Payload::Bytes(_) | Payload::Copy(_) => {
+                    Payload::Bytes(_) | Payload::Body(_) | Payload::Copy(_) => {
                         return Err(Error::new(ErrorKind::Fatal, "nested raw payload"));
                     }
                 }
@@ -156,7 +137,9 @@ impl Decoder {
         for table in order {
             let Some(builder) = builders.remove(&table) else { continue };
             let (write, schema, empty) = builder.finish(&table)?;
-            out.rejects.extend(empty);
+            for reject in empty {
+                out.rejects.push(reject);
+            }
             pending.schemas.push((table, schema));
             if let Some(write) = write {
                 out.rows += write.data.num_rows() as u64;
@@ -263,13 +246,7 @@ impl TableBuilder {
         }
     }
 
-    fn push_event(
-        &mut self,
-        ctx: &Ctx,
-        metadata: &MetadataConfig,
-        map: &Map<String, Value>,
-        rejects: &mut Vec<Reject>,
-    ) {
+    fn push_event(&mut self, ctx: &Ctx, metadata: &MetadataConfig, map: &Map<String, Value>, rejects: &mut Rejects) {
         self.push_metadata(ctx, metadata, rejects);
         self.path.clear();
         self.walk(ctx, map, 0, rejects);
@@ -280,7 +257,7 @@ impl TableBuilder {
         self.rows += 1;
     }
 
-    fn push_metadata(&mut self, ctx: &Ctx, m: &MetadataConfig, rejects: &mut Vec<Reject>) {
+    fn push_metadata(&mut self, ctx: &Ctx, m: &MetadataConfig, rejects: &mut Rejects) {
         let meta = ctx.meta;
         if m.received_at {
             self.put_typed(ctx, "_received_at", ColumnType::Timestamptz, Fit::Micros(meta.received_us), rejects);
@@ -327,13 +304,19 @@ impl TableBuilder {
         }
     }
 
-    fn walk(&mut self, ctx: &Ctx, map: &Map<String, Value>, depth: usize, rejects: &mut Vec<Reject>) {
+    fn walk(&mut self, ctx: &Ctx, map: &Map<String, Value>, depth: usize, rejects: &mut Rejects) {
         for (key, value) in map {
             let mark = self.path.len();
             if depth > 0 {
                 self.path.push_str(SEPARATOR);
             }
             self.path.push_str(key);
+            if let Some(reason) = bad_name(key, &self.path) {
+                let column = truncated(&self.path);
+                rejects.push(ctx.reject(Some(column), None, value.to_string(), reason));
+                self.path.truncate(mark);
+                continue;
+            }
             match value {
                 Value::Object(inner) if mirror::is_marked(inner) => {
                     let path = std::mem::take(&mut self.path);
@@ -389,7 +372,7 @@ impl TableBuilder {
         i
     }
 
-    fn put(&mut self, ctx: &Ctx, name: &str, value: &Value, rejects: &mut Vec<Reject>) {
+    fn put(&mut self, ctx: &Ctx, name: &str, value: &Value, rejects: &mut Rejects) {
         let i = match self.schema.find(name) {
             Some(i) => i,
             None => match kind_of(value).column_type() {
@@ -408,12 +391,12 @@ impl TableBuilder {
         self.store(ctx, i, fitted, Some(value), rejects);
     }
 
-    fn put_typed(&mut self, ctx: &Ctx, name: &str, ty: ColumnType, value: Fit<'_>, rejects: &mut Vec<Reject>) {
+    fn put_typed(&mut self, ctx: &Ctx, name: &str, ty: ColumnType, value: Fit<'_>, rejects: &mut Rejects) {
         let i = self.column(name, ty);
         self.store(ctx, i, value, None, rejects);
     }
 
-    fn store(&mut self, ctx: &Ctx, i: usize, value: Fit<'_>, raw: Option<&Value>, rejects: &mut Vec<Reject>) {
+    fn store(&mut self, ctx: &Ctx, i: usize, value: Fit<'_>, raw: Option<&Value>, rejects: &mut Rejects) {
         let column = &self.schema.columns()[i];
         let original = || raw.map_or_else(String::new, Value::to_string);
         if self.columns[i].len() > self.rows {
@@ -455,7 +438,7 @@ impl TableBuilder {
         }
     }
 
-    fn value_reject(&self, ctx: &Ctx, i: usize, value: String, reason: &str) -> Reject {
+    fn value_reject(&self, ctx: &Ctx, i: usize, value: String, reason: &'static str) -> Reject {
         let column = &self.schema.columns()[i];
         ctx.reject(Some(&column.name), Some(column.ty), value, reason)
     }
@@ -513,7 +496,7 @@ impl Ctx<'_> {
         column: Option<&str>,
         expected: Option<ColumnType>,
         value: String,
-        reason: impl Into<String>,
+        reason: impl Into<std::borrow::Cow<'static, str>>,
     ) -> Reject {
         Reject {
             table: self.table.to_string(),

@@ -1,6 +1,14 @@
 //! JSON bodies: one object, an array of objects, or newline-delimited JSON.
+//!
+//! A body is read twice, and never held as one tree: [`check_body`] walks it without building
+//! values (the HTTP edge answers 400 or counts events with it), and [`BodyEvents`] later hands
+//! the decoder one event at a time, so memory follows the body's size, not its event count.
 
-use serde_json::Value;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::{Map, Value};
 
 use crate::batch::Payload;
 
@@ -18,74 +26,215 @@ pub struct BodyError {
     pub byte: usize,
 }
 
-/// Split a body into events. Objects become `Payload::Json`; array elements and NDJSON lines
-/// that are not objects become `Payload::Invalid` with their raw text and reason. A body in which
-/// nothing parses is a `BodyError`.
-pub fn split_body(body: &[u8]) -> Result<Vec<Payload>, BodyError> {
+/// What a checked body holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BodySummary {
+    /// Events in the body, objects or not.
+    pub events: usize,
+    /// Events that are not JSON objects (or NDJSON lines that are not JSON): ledger rows.
+    pub invalid: usize,
+}
+
+/// How a body is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    Array,
+    Single,
+    Lines,
+}
+
+fn layout(body: &[u8]) -> Result<(Layout, usize), BodyError> {
     let start = body.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(body.len());
     if start == body.len() {
         return Err(BodyError { reason: "empty body".into(), line: 1, column: 1, byte: 0 });
     }
     if body[start] == b'[' {
-        return match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Array(items)) => Ok(items.into_iter().map(event_or_invalid).collect()),
-            Ok(_) => Err(BodyError { reason: "unexpected value".into(), line: 1, column: 1, byte: 0 }),
-            Err(e) => Err(body_error(body, 0, &e)),
-        };
+        return Ok((Layout::Array, start));
     }
     // One (possibly pretty-printed) value, or NDJSON. The single-value parse fails fast on the
     // second line of NDJSON ("trailing characters").
-    if let Ok(value) = serde_json::from_slice::<Value>(body) {
-        return Ok(vec![event_or_invalid(value)]);
+    if serde_json::from_slice::<IgnoredAny>(body).is_ok() {
+        Ok((Layout::Single, start))
+    } else {
+        Ok((Layout::Lines, 0))
     }
-    split_lines(body)
+}
+
+/// Check a body without building it: counts its events and those that are not objects. A body
+/// in which nothing parses is a `BodyError`, located.
+pub fn check_body(body: &[u8]) -> Result<BodySummary, BodyError> {
+    match layout(body)?.0 {
+        Layout::Array => serde_json::from_slice::<ArrayShape>(body).map(|a| a.0).map_err(|e| body_error(body, 0, &e)),
+        Layout::Single => {
+            let shape = serde_json::from_slice::<Shape>(body).map_err(|e| body_error(body, 0, &e))?;
+            Ok(BodySummary { events: 1, invalid: usize::from(shape.0.is_some()) })
+        }
+        Layout::Lines => {
+            let mut summary = BodySummary::default();
+            let mut first_error = None;
+            let mut offset = 0;
+            for (i, line) in body.split(|b| *b == b'\n').enumerate() {
+                let line_start = offset;
+                offset += line.len() + 1;
+                let trimmed = line.trim_ascii();
+                if trimmed.is_empty() {
+                    continue;
+                }
+                summary.events += 1;
+                match serde_json::from_slice::<Shape>(trimmed) {
+                    Ok(Shape(None)) => {}
+                    Ok(Shape(Some(_))) => summary.invalid += 1,
+                    Err(e) => {
+                        summary.invalid += 1;
+                        if first_error.is_none() {
+                            let leading = line.len() - line.trim_ascii_start().len();
+                            let mut err = body_error(trimmed, line_start + leading, &e);
+                            err.line = i + 1;
+                            err.column += leading;
+                            first_error = Some(err);
+                        }
+                    }
+                }
+            }
+            match first_error {
+                Some(err) if summary.invalid == summary.events => Err(err),
+                _ => Ok(summary),
+            }
+        }
+    }
+}
+
+/// One event of a body, parsed: a payload, and the fields it named twice (the later value is
+/// kept; the earlier ones go to the ledger).
+#[derive(Debug)]
+pub struct Event {
+    /// `Payload::Json` for an object, `Payload::Invalid` otherwise.
+    pub payload: Payload,
+    /// Flattened field name and the value that a later field of the same name replaced.
+    pub duplicates: Vec<(String, Value)>,
+}
+
+/// The events of a body, one at a time.
+pub struct BodyEvents {
+    body: bytes::Bytes,
+    layout: Layout,
+    pos: usize,
+    line: usize,
+    done: bool,
+}
+
+/// The events of a push body (object, array or NDJSON), parsed lazily.
+pub fn body_events(body: bytes::Bytes) -> BodyEvents {
+    let (layout, pos) = layout(&body).unwrap_or((Layout::Single, 0));
+    BodyEvents { body, layout, pos: if layout == Layout::Array { pos + 1 } else { pos }, line: 0, done: false }
+}
+
+/// The events of one message (an object, or an array of them), parsed lazily.
+pub fn message_events(raw: bytes::Bytes) -> BodyEvents {
+    let start = raw.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(raw.len());
+    let array = raw.get(start) == Some(&b'[') && serde_json::from_slice::<IgnoredAny>(&raw).is_ok();
+    let (layout, pos) = if array { (Layout::Array, start + 1) } else { (Layout::Single, 0) };
+    BodyEvents { body: raw, layout, pos, line: 0, done: false }
+}
+
+impl Iterator for BodyEvents {
+    type Item = Event;
+
+    fn next(&mut self) -> Option<Event> {
+        if self.done {
+            return None;
+        }
+        match self.layout {
+            Layout::Single => {
+                self.done = true;
+                Some(parse_event(&self.body, "not JSON: "))
+            }
+            Layout::Array => self.next_element(),
+            Layout::Lines => self.next_line(),
+        }
+    }
+}
+
+impl BodyEvents {
+    fn next_element(&mut self) -> Option<Event> {
+        let body = &self.body[..];
+        while self.pos < body.len() && (body[self.pos].is_ascii_whitespace() || body[self.pos] == b',') {
+            self.pos += 1;
+        }
+        if self.pos >= body.len() || body[self.pos] == b']' {
+            self.done = true;
+            return None;
+        }
+        let mut stream =
+            serde_json::Deserializer::from_slice(&body[self.pos..]).into_iter::<&serde_json::value::RawValue>();
+        match stream.next() {
+            Some(Ok(raw)) => {
+                let event = parse_event(raw.get().as_bytes(), "not JSON: ");
+                self.pos += stream.byte_offset();
+                Some(event)
+            }
+            other => {
+                // A checked body never gets here; an unchecked one stops at its first fault.
+                self.done = true;
+                let reason = match other {
+                    Some(Err(e)) => format!("not JSON: {e}"),
+                    _ => "not JSON: unexpected end".into(),
+                };
+                Some(invalid(String::from_utf8_lossy(&body[self.pos..]).into_owned(), reason))
+            }
+        }
+    }
+
+    fn next_line(&mut self) -> Option<Event> {
+        loop {
+            let body = &self.body[..];
+            if self.pos >= body.len() {
+                self.done = true;
+                return None;
+            }
+            let end = body[self.pos..].iter().position(|b| *b == b'\n').map_or(body.len(), |i| self.pos + i);
+            let line = body[self.pos..end].trim_ascii();
+            self.pos = end + 1;
+            self.line += 1;
+            if !line.is_empty() {
+                return Some(parse_event(line, &format!("line {}: not JSON: ", self.line)));
+            }
+        }
+    }
+}
+
+fn invalid(raw: String, reason: String) -> Event {
+    Event { payload: Payload::Invalid { raw, reason }, duplicates: Vec::new() }
+}
+
+/// Parse one event's text; `not_json` prefixes the reason when it is not JSON.
+fn parse_event(text: &[u8], not_json: &str) -> Event {
+    let mut duplicates = Vec::new();
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let parsed = ValueSeed { path: String::new(), duplicates: &mut duplicates }.deserialize(&mut de).and_then(|v| {
+        de.end()?;
+        Ok(v)
+    });
+    match parsed {
+        Ok(value) => Event { payload: event_or_invalid(value), duplicates },
+        Err(e) => {
+            let reason = e.to_string();
+            let reason = reason.split(" at line ").next().unwrap_or(&reason);
+            invalid(String::from_utf8_lossy(text).into_owned(), format!("{not_json}{reason}"))
+        }
+    }
 }
 
 /// Decode one payload from raw bytes: an object is one event, an array gives one per element.
 pub fn decode_bytes(raw: &[u8]) -> Vec<Payload> {
-    match serde_json::from_slice::<Value>(raw) {
-        Ok(Value::Array(items)) => items.into_iter().map(event_or_invalid).collect(),
-        Ok(value) => vec![event_or_invalid(value)],
-        Err(e) => {
-            vec![Payload::Invalid { raw: String::from_utf8_lossy(raw).into_owned(), reason: format!("not JSON: {e}") }]
-        }
-    }
+    message_events(bytes::Bytes::copy_from_slice(raw)).map(|e| e.payload).collect()
 }
 
-fn split_lines(body: &[u8]) -> Result<Vec<Payload>, BodyError> {
-    let mut out = Vec::new();
-    let mut first_error = None;
-    let mut any_json = false;
-    let mut offset = 0;
-    for (i, line) in body.split(|b| *b == b'\n').enumerate() {
-        let line_start = offset;
-        offset += line.len() + 1;
-        let trimmed = line.trim_ascii();
-        if trimmed.is_empty() {
-            continue;
-        }
-        match serde_json::from_slice::<Value>(trimmed) {
-            Ok(value) => {
-                any_json = true;
-                out.push(event_or_invalid(value));
-            }
-            Err(e) => {
-                let leading = line.len() - line.trim_ascii_start().len();
-                let mut err = body_error(trimmed, line_start + leading, &e);
-                err.line = i + 1;
-                err.column += leading;
-                out.push(Payload::Invalid {
-                    raw: String::from_utf8_lossy(trimmed).into_owned(),
-                    reason: format!("line {}: not JSON: {}", i + 1, err.reason),
-                });
-                first_error.get_or_insert(err);
-            }
-        }
-    }
-    match (any_json, first_error) {
-        (false, Some(err)) => Err(err),
-        _ => Ok(out),
-    }
+/// Split a body into events, all at once (tests and small bodies; the push path uses
+/// [`check_body`] and [`body_events`]).
+pub fn split_body(body: &[u8]) -> Result<Vec<Payload>, BodyError> {
+    check_body(body)?;
+    Ok(body_events(bytes::Bytes::copy_from_slice(body)).map(|e| e.payload).collect())
 }
 
 fn event_or_invalid(value: Value) -> Payload {
@@ -114,6 +263,142 @@ fn body_error(text: &[u8], base: usize, e: &serde_json::Error) -> BodyError {
     BodyError { reason, line, column, byte: base + line_start + column.saturating_sub(1) }
 }
 
+/// A value's shape, read without building it: `None` for an object, else what it is.
+struct Shape(Option<&'static str>);
+
+impl<'de> Deserialize<'de> for Shape {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ShapeVisitor)
+    }
+}
+
+struct ShapeVisitor;
+
+impl<'de> Visitor<'de> for ShapeVisitor {
+    type Value = Shape;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Shape, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Shape(None))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shape, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Shape(Some("an array")))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Shape, E> {
+        Ok(Shape(Some("a boolean")))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Shape, E> {
+        Ok(Shape(Some("a number")))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Shape, E> {
+        Ok(Shape(Some("a number")))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Shape, E> {
+        Ok(Shape(Some("a number")))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Shape, E> {
+        Ok(Shape(Some("a string")))
+    }
+    fn visit_unit<E>(self) -> Result<Shape, E> {
+        Ok(Shape(Some("null")))
+    }
+}
+
+/// A top-level array's elements, counted by shape.
+struct ArrayShape(BodySummary);
+
+impl<'de> Deserialize<'de> for ArrayShape {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Counter;
+        impl<'de> Visitor<'de> for Counter {
+            type Value = ArrayShape;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an array")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ArrayShape, A::Error> {
+                let mut summary = BodySummary::default();
+                while let Some(shape) = seq.next_element::<Shape>()? {
+                    summary.events += 1;
+                    summary.invalid += usize::from(shape.0.is_some());
+                }
+                Ok(ArrayShape(summary))
+            }
+        }
+        d.deserialize_seq(Counter)
+    }
+}
+
+/// Builds a `Value` like serde_json's own, and notes each field an object names twice.
+struct ValueSeed<'a> {
+    path: String,
+    duplicates: &'a mut Vec<(String, Value)>,
+}
+
+impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ValueSeed<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        // Inside an array, names do not become columns: duplicates there are only JSON text.
+        let mut ignored = Vec::new();
+        while let Some(v) = seq.next_element_seed(ValueSeed { path: String::new(), duplicates: &mut ignored })? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let path = if self.path.is_empty() {
+                key.clone()
+            } else {
+                format!("{}{}{key}", self.path, crate::decode::SEPARATOR)
+            };
+            let value = map.next_value_seed(ValueSeed { path: path.clone(), duplicates: &mut *self.duplicates })?;
+            if let Some(earlier) = out.insert(key, value) {
+                self.duplicates.push((path, earlier));
+            }
+        }
+        Ok(Value::Object(out))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,7 +408,7 @@ mod tests {
             .map(|p| match p {
                 Payload::Json(_) => "ok",
                 Payload::Invalid { .. } => "bad",
-                Payload::Bytes(_) | Payload::Copy(_) => "bytes",
+                Payload::Bytes(_) | Payload::Body(_) | Payload::Copy(_) => "bytes",
             })
             .collect()
     }
@@ -133,7 +418,11 @@ mod tests {
         assert_eq!(kinds(&split_body(b"{\"a\":1}").unwrap()), ["ok"]);
         assert_eq!(kinds(&split_body(b"{\n \"a\": 1\n}").unwrap()), ["ok"]);
         assert_eq!(kinds(&split_body(b"[{\"a\":1}, 2]").unwrap()), ["ok", "bad"]);
+        assert_eq!(kinds(&split_body(b"[ ]").unwrap()), Vec::<&str>::new());
+        assert_eq!(kinds(&split_body(b"[1,{\"a\":[1,2]},\"x\" , -0 ]").unwrap()), ["bad", "ok", "bad", "bad"]);
         assert_eq!(kinds(&split_body(b"{\"a\":1}\nnope\n{\"b\":2}\n\n7").unwrap()), ["ok", "bad", "ok", "bad"]);
+        assert_eq!(check_body(b"{\"a\":1}\nnope\n{\"b\":2}\n\n7").unwrap(), BodySummary { events: 4, invalid: 2 });
+        assert_eq!(check_body(b"[{\"a\":1}, 2, []]").unwrap(), BodySummary { events: 3, invalid: 2 });
     }
 
     #[test]
@@ -145,5 +434,18 @@ mod tests {
         assert_eq!(e.byte, 5);
         let e = split_body(b"[1, 2").unwrap_err();
         assert_eq!(e.line, 1);
+        // Trailing garbage after an array is not ignored.
+        assert!(check_body(b"[{\"a\":1}] x").is_err());
+    }
+
+    #[test]
+    fn duplicate_fields_are_noted_with_their_earlier_value() {
+        let events: Vec<Event> =
+            body_events(bytes::Bytes::from_static(br#"{"a":1,"b":{"c":2,"c":3},"a":4,"l":[{"x":1,"x":2}]}"#)).collect();
+        assert_eq!(events.len(), 1);
+        let Payload::Json(v) = &events[0].payload else { panic!("not an object") };
+        assert_eq!(v["a"], 4);
+        assert_eq!(v["b"]["c"], 3);
+        assert_eq!(events[0].duplicates, vec![("b__c".to_string(), Value::from(2)), ("a".to_string(), Value::from(1))]);
     }
 }

@@ -90,10 +90,19 @@ pub fn fit(ty: ColumnType, value: &Value) -> Fit<'_> {
     match (ty, value) {
         (_, Value::Null) => Fit::Null,
         (ColumnType::Boolean, Value::Bool(b)) => Fit::Bool(*b),
+        // One rule for numbers in a BIGINT column: a value that is a whole number within
+        // BIGINT's range is stored as one, however it is written (`-0`, `1.0`, `1e3`); any other
+        // number (a fraction, or beyond ±2^63, `18446744073709551615` included) widens the
+        // column to DOUBLE.
         (ColumnType::Bigint, Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
             (Some(i), _) => Fit::Int(i),
-            (None, Some(f)) if n.is_f64() => Fit::Widen(f),
-            _ => Fit::Misfit("integer out of range for BIGINT"),
+            (None, Some(f))
+                if f.fract() == 0.0 && (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&f) =>
+            {
+                Fit::Int(f as i64)
+            }
+            (None, Some(f)) => Fit::Widen(f),
+            _ => Fit::Misfit("number out of range for DOUBLE"),
         },
         (ColumnType::Double, Value::Number(n)) => match n.as_f64() {
             Some(f) => Fit::Float(f),

@@ -12,12 +12,13 @@ pub struct ApiError {
     status: StatusCode,
     message: String,
     details: Option<Value>,
+    retry_after: Option<u32>,
 }
 
 impl ApiError {
     /// An error with a status and message.
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self { status, message: message.into(), details: None }
+        Self { status, message: message.into(), details: None, retry_after: None }
     }
 
     /// Extra fields merged into the body.
@@ -29,6 +30,18 @@ impl ApiError {
     /// 404 for a stream.
     pub fn no_stream(id: &str) -> Self {
         Self::new(StatusCode::NOT_FOUND, format!("no stream named '{id}'"))
+    }
+
+    /// 503 for a stream in the middle of a restart (a PATCH, a resnapshot).
+    pub fn restarting(id: &str) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, format!("stream '{id}' is restarting; nothing was stored, retry"))
+            .with_retry_after(1)
+    }
+
+    /// Ask the client to retry after `seconds`.
+    pub fn with_retry_after(mut self, seconds: u32) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 }
 
@@ -60,6 +73,9 @@ impl IntoResponse for ApiError {
             map.extend(extra);
         }
         let mut response = (self.status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(seconds));
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert("www-authenticate", axum::http::HeaderValue::from_static("Bearer"));
         }

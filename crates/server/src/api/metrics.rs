@@ -15,7 +15,7 @@ use super::{ApiError, AppState};
 
 /// `GET /api/streams/:id/metrics`
 pub async fn stream(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<MetricsSnapshot>, ApiError> {
-    let stream = state.supervisor.get(&id).await.ok_or_else(|| ApiError::no_stream(&id))?;
+    let stream = super::running_stream(&state, &id).await?;
     Ok(Json(stream.metrics.snapshot()))
 }
 

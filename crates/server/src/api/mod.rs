@@ -13,27 +13,37 @@ use axum::routing::{get, post};
 
 use crate::syncs::Syncs;
 
-use crate::supervisor::Supervisor;
+use crate::supervisor::{Lookup, RunningStream, Supervisor};
 pub use error::ApiError;
+pub use push::PushBudget;
 
 /// Shared state of every handler.
 #[derive(Clone)]
 pub struct AppState {
     /// The streams.
     pub supervisor: Supervisor,
+    /// Bytes of push bodies held at once, server-wide.
+    pub push_budget: PushBudget,
     /// The reverse ETL syncs.
     pub syncs: Syncs,
 }
 
+/// A running stream by name: 404 when there is none, 503 while it restarts.
+pub async fn running_stream(state: &AppState, id: &str) -> Result<std::sync::Arc<RunningStream>, ApiError> {
+    match state.supervisor.lookup(id).await {
+        Lookup::Running(stream) => Ok(stream),
+        Lookup::Restarting => Err(ApiError::restarting(id)),
+        Lookup::Missing => Err(ApiError::no_stream(id)),
+    }
+}
+
 /// The whole API.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let api = Router::new()
         .route("/api/streams", get(streams::list).post(streams::create))
         .route("/api/streams/{id}", get(streams::get).patch(streams::patch).delete(streams::delete))
         .route("/api/streams/{id}/metrics", get(metrics::stream))
         .route("/api/streams/{id}/resnapshot", post(streams::resnapshot))
-        // The push route enforces each stream's own body limit while reading.
-        .route("/api/streams/{id}/push", post(push::push).layer(DefaultBodyLimit::disable()))
         .route("/api/sources/test", post(streams::test))
         .route("/api/syncs", get(syncs::list).post(syncs::create))
         .route("/api/syncs/{id}", get(syncs::get).put(syncs::replace).delete(syncs::delete))
@@ -45,5 +55,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/metrics", get(metrics::all))
         .route("/metrics", get(metrics::prometheus))
         .route("/health", get(|| async { "ok" }))
-        .with_state(state)
+        .layer(axum::middleware::from_fn(crate::listener::read_body_in_time));
+    // The push route enforces each stream's own body limit and its own timeout while reading.
+    api.route("/api/streams/{id}/push", post(push::push).layer(DefaultBodyLimit::disable())).with_state(state)
 }

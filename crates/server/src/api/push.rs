@@ -1,7 +1,8 @@
 //! `POST /api/streams/:id/push`: JSON in, 202 once durable.
 
 use std::io::Read;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::body::Body;
@@ -11,11 +12,46 @@ use serde_json::{Value, json};
 use sluice_connectors::SourceHandle;
 use sluice_connectors::http_push::PushError;
 use sluice_core::batch::now_us;
-use sluice_core::format::json::split_body;
+use sluice_core::format::json::check_body;
 use sluice_core::{Payload, Record, RecordMeta};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{ApiError, AppState};
 use crate::keys;
+
+/// How long a client has to send its whole body once the headers are in.
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a push waits for room in the memory budget before it is told to come back.
+const BUDGET_WAIT: Duration = Duration::from_secs(10);
+
+/// Bytes of push bodies the server holds at once, from the first byte read until the answer:
+/// what bounds memory under load, whatever the number of clients or streams.
+#[derive(Clone)]
+pub struct PushBudget {
+    bytes: Arc<Semaphore>,
+    total: usize,
+}
+
+impl PushBudget {
+    /// A budget of `total` bytes.
+    pub fn new(total: usize) -> Self {
+        let total = total.clamp(1 << 20, Semaphore::MAX_PERMITS);
+        Self { bytes: Arc::new(Semaphore::new(total)), total }
+    }
+
+    /// Room for `bytes` (at most the whole budget), waiting up to [`BUDGET_WAIT`].
+    async fn reserve(&self, bytes: usize) -> Result<OwnedSemaphorePermit, ApiError> {
+        let want = u32::try_from(bytes.clamp(1, self.total)).unwrap_or(u32::MAX);
+        match tokio::time::timeout(BUDGET_WAIT, self.bytes.clone().acquire_many_owned(want)).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "the server holds as many push bodies as its memory budget allows; nothing was stored, retry",
+            )
+            .with_retry_after(1)),
+        }
+    }
+}
 
 /// Accept a JSON object, an array of objects or NDJSON (optionally gzip-encoded), and answer
 /// 202 `{"accepted": n, "rejected": m}` only once every event is durable.
@@ -26,7 +62,7 @@ pub async fn push(
     body: Body,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let arrived = Instant::now();
-    let stream = state.supervisor.get(&id).await.ok_or_else(|| ApiError::no_stream(&id))?;
+    let stream = super::running_stream(&state, &id).await?;
     authorize(&headers, &stream.key_hash)?;
     let SourceHandle::Push(handle) = &stream.handle else {
         return Err(ApiError::new(
@@ -39,52 +75,81 @@ pub async fn push(
         ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("body exceeds this stream's limit of {limit} bytes"))
             .with_details(json!({ "limit_bytes": limit }))
     };
-    if let Some(length) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-        && length > limit
-    {
+    let length = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    if length.is_some_and(|length| length > limit) {
         return Err(too_large());
     }
-    let raw = axum::body::to_bytes(body, limit).await.map_err(|e| {
-        if std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit")) {
-            too_large()
-        } else {
-            ApiError::new(StatusCode::BAD_REQUEST, format!("could not read the body: {e}"))
+    let gzip = match headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()) {
+        None => false,
+        Some(v) if v.eq_ignore_ascii_case("gzip") => true,
+        Some(v) if v.eq_ignore_ascii_case("identity") => false,
+        Some(v) => {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("Content-Encoding '{v}' is not supported; send gzip or no encoding"),
+            ));
         }
-    })?;
-    let gzip = headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
-    let content = if gzip {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&raw[..])
-            .take(limit as u64 + 1)
-            .read_to_end(&mut out)
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("body is not valid gzip: {e}")))?;
-        if out.len() > limit {
+    };
+    // Room for the body before a byte of it is read: the compressed and the decoded copy of a
+    // gzip body, or what Content-Length announces.
+    let reserve = if gzip { limit + length.unwrap_or(limit) } else { length.unwrap_or(limit) };
+    let _room = state.push_budget.reserve(reserve).await?;
+    let raw = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(raw)) => raw,
+        Ok(Err(e)) if std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit")) => {
             return Err(too_large());
         }
-        bytes::Bytes::from(out)
-    } else {
-        raw
+        Ok(Err(e)) => return Err(ApiError::new(StatusCode::BAD_REQUEST, format!("could not read the body: {e}"))),
+        Err(_) => {
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the body did not arrive within {} s; nothing was stored", BODY_TIMEOUT.as_secs()),
+            ));
+        }
     };
-    let bytes = content.len();
-    let payloads = split_body(&content).map_err(|e| {
+    let content = if gzip { gunzip(&raw, limit)? } else { raw };
+    let summary = check_body(&content).map_err(|e| {
         ApiError::new(StatusCode::BAD_REQUEST, e.to_string())
             .with_details(json!({ "line": e.line, "column": e.column, "byte": e.byte }))
     })?;
-    let rejected = payloads.iter().filter(|p| matches!(p, Payload::Invalid { .. })).count();
-    let accepted = payloads.len() - rejected;
-    let received_us = now_us();
-    let records: Vec<Record> = payloads
-        .into_iter()
-        .map(|payload| Record { payload, meta: RecordMeta { received_us, ..RecordMeta::default() } })
-        .collect();
-    handle.push(records, bytes, arrived).await.map_err(|e| match e {
-        PushError::Unavailable => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    if summary.invalid > handle.max_invalid_events {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "{} of the body's {} events are not JSON objects, more than this stream's limit of {} \
+                 (source.max_invalid_events); nothing was stored",
+                summary.invalid, summary.events, handle.max_invalid_events
+            ),
+        )
+        .with_details(json!({ "events": summary.events, "invalid": summary.invalid })));
+    }
+    let bytes = content.len();
+    let record =
+        Record { payload: Payload::Body(content), meta: RecordMeta { received_us: now_us(), ..RecordMeta::default() } };
+    handle.push(vec![record], bytes, arrived).await.map_err(|e| match e {
+        PushError::Unavailable => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).with_retry_after(1),
         PushError::WriteFailed(_) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     })?;
-    Ok((StatusCode::ACCEPTED, Json(json!({ "accepted": accepted, "rejected": rejected }))))
+    let accepted = summary.events - summary.invalid;
+    Ok((StatusCode::ACCEPTED, Json(json!({ "accepted": accepted, "rejected": summary.invalid }))))
+}
+
+/// Decode a gzip body of one or more members (`cat a.gz b.gz` is valid gzip); anything after
+/// the last member that is not another member is an error, never ignored.
+fn gunzip(raw: &[u8], limit: usize) -> Result<bytes::Bytes, ApiError> {
+    let mut out = Vec::new();
+    flate2::read::MultiGzDecoder::new(raw)
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("body is not valid gzip: {e}")))?;
+    if out.len() > limit {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("body exceeds this stream's limit of {limit} bytes once decompressed"),
+        )
+        .with_details(json!({ "limit_bytes": limit })));
+    }
+    Ok(bytes::Bytes::from(out))
 }
 
 fn authorize(headers: &HeaderMap, key_hash: &str) -> Result<(), ApiError> {

@@ -50,6 +50,7 @@ pub async fn create(
         return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("the source is not ready: {message}"))
             .with_details(json!({ "checks": failed })));
     }
+    let _changing = state.supervisor.lock_changes().await;
     if state.supervisor.get(&config.name).await.is_some() {
         return Err(ApiError::new(StatusCode::CONFLICT, format!("a stream named '{}' exists", config.name)));
     }
@@ -78,7 +79,7 @@ pub async fn create(
 
 /// `GET /api/streams/:id`
 pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
-    let stream = state.supervisor.get(&id).await.ok_or_else(|| ApiError::no_stream(&id))?;
+    let stream = super::running_stream(&state, &id).await?;
     Ok(Json(describe(&stream)))
 }
 
@@ -89,7 +90,8 @@ pub async fn patch(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let body = body?;
-    let stream = state.supervisor.get(&id).await.ok_or_else(|| ApiError::no_stream(&id))?;
+    let _changing = state.supervisor.lock_changes().await;
+    let stream = super::running_stream(&state, &id).await?;
     let Value::Object(_) = &body.0 else {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "the patch must be a JSON object"));
     };
@@ -145,6 +147,7 @@ pub async fn delete(
     Path(id): Path<String>,
     Query(q): Query<DeleteQuery>,
 ) -> Result<StatusCode, ApiError> {
+    let _changing = state.supervisor.lock_changes().await;
     if state.supervisor.remove(&id, q.drop_table).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -166,6 +169,7 @@ pub async fn test(body: Result<Json<Value>, JsonRejection>) -> Result<Json<Value
 
 /// `POST /api/streams/:id/resnapshot`: start the stream over from its source.
 pub async fn resnapshot(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let _changing = state.supervisor.lock_changes().await;
     if !state.supervisor.resnapshot(&id).await? {
         return Err(ApiError::no_stream(&id));
     }
