@@ -30,6 +30,7 @@ async fn write(ws: &Workspace, decoder: &mut Decoder, cp: &mut Checkpoint, value
         stream: "s".into(),
         tables: decoded.tables,
         rejects: decoded.rejects.finish(),
+        idempotency: Vec::new(),
         checkpoint: next.clone(),
     };
     ws.write(std::sync::Arc::new(unit)).await.unwrap();

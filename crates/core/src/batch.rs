@@ -147,6 +147,8 @@ pub struct WriteUnit {
     pub tables: Vec<TableWrite>,
     /// Ledger rows.
     pub rejects: crate::rejects::RejectBatch,
+    /// Idempotency keys of the pushes in this unit.
+    pub idempotency: Vec<IdempotencyKey>,
     /// The checkpoint reached once this unit is durable.
     pub checkpoint: Checkpoint,
 }
@@ -234,6 +236,18 @@ pub struct RecordMeta {
     pub shard: Option<String>,
     /// Sequence number as text, for sources whose positions do not fit 64 bits (Kinesis).
     pub sequence: Option<String>,
+    /// A push's idempotency key, stored with its rows.
+    pub idempotency: Option<IdempotencyKey>,
+}
+
+/// A client's idempotency key for one push, and the answer it got: committed in the same
+/// transaction as the push's rows, so a retry after a timeout is answered, not stored again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    /// The client's key.
+    pub key: String,
+    /// The answer's JSON body.
+    pub answer: String,
 }
 
 /// What a source hands the run loop.

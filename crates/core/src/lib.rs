@@ -16,8 +16,8 @@ pub mod source;
 pub mod sync;
 
 pub use batch::{
-    ChangeOp, Checkpoint, Chunk, CopyRows, MirrorWrite, Payload, Position, Record, RecordMeta, Reject, SnapshotWrite,
-    TableWrite, Totals, WriteUnit,
+    ChangeOp, Checkpoint, Chunk, CopyRows, IdempotencyKey, MirrorWrite, Payload, Position, Record, RecordMeta, Reject,
+    SnapshotWrite, TableWrite, Totals, WriteUnit,
 };
 pub use decode::{ChangeConfig, Decoder, Format, MetadataConfig, Mode};
 pub use error::{Error, ErrorKind, Result};

@@ -188,6 +188,7 @@ fn decode(s: &mut Stream<'_>, chunks: Vec<Chunk>, from: &Checkpoint) -> Result<(
     let bytes: usize = chunks.iter().map(|c| c.bytes).sum();
     let records: Vec<Record> = chunks.into_iter().flat_map(|c| c.records).collect();
     let newest = records.iter().map(|r| r.meta.received_us).max();
+    let idempotency = records.iter().filter_map(|r| r.meta.idempotency.clone()).collect();
     let started = Instant::now();
     let (decoded, pending) = s.decoder.decode(records, from.sequence + 1)?;
     // The next batch decodes against these schemas. Should this write fail for good, the loop
@@ -211,6 +212,7 @@ fn decode(s: &mut Stream<'_>, chunks: Vec<Chunk>, from: &Checkpoint) -> Result<(
         stream: s.name.to_string(),
         tables: decoded.tables,
         rejects: decoded.rejects.finish(),
+        idempotency,
         checkpoint: Checkpoint { position, sequence: decoded.last_sequence, totals },
     };
     Ok((unit, arrived))

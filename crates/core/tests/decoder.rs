@@ -119,6 +119,7 @@ fn metadata_columns_and_templates() {
             route: Some("orders".into()),
             shard: Some("shardId-000000000001".into()),
             sequence: Some("49590338271490256608559692538361571095921575989136588898".into()),
+            idempotency: None,
         },
     };
     let (out, _) = d.decode(vec![record], 1).unwrap();

@@ -202,6 +202,10 @@ impl Supervisor {
         let metrics = Arc::new(StreamMetrics::new(&checkpoint.totals));
         let ctx = SourceContext { stream: &config.name, position: &checkpoint.position, metrics: metrics.clone() };
         let (source, handle) = build_source(&config.source, ctx)?;
+        if let SourceHandle::Push(push) = &handle {
+            let window = push.keys.window().as_secs();
+            push.keys.load(self.workspace.push_keys(&config.name, window, push.keys.limit()).await?);
+        }
         let cancel = CancellationToken::new();
         let task = tokio::spawn(supervise(
             config.clone(),

@@ -312,3 +312,66 @@ async fn duplicate_fields_and_odd_numbers_follow_one_documented_rule() {
     let ledger = server.sql("SELECT count(*) AS n FROM sluice.rejects").await;
     assert_eq!(ledger[0]["n"], 1);
 }
+
+async fn push_with_key(server: &Server, key: &str, idempotency: &str, body: &str) -> (u16, bool, Value) {
+    let r = server
+        .http
+        .post(server.url("/api/streams/s/push"))
+        .bearer_auth(key)
+        .header("idempotency-key", idempotency)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let replayed = r.headers().get("idempotent-replayed").is_some();
+    (r.status().as_u16(), replayed, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn an_idempotency_key_stores_a_push_once_across_retries_and_kill_9() {
+    let dir = DataDir::new("idempotency");
+    let server = Server::start(&dir.0).await;
+    let key = server.create_stream(json!({"name": "s", "table": "idem"})).await;
+    let body = "{\"n\": 1}\n{\"n\": 2}\nnot json\n";
+    let first = push_with_key(&server, &key, "order-1", body).await;
+    assert_eq!(first, (202, false, json!({"accepted": 2, "rejected": 1})));
+    // The client timed out and retries: the same answer, nothing stored twice.
+    assert_eq!(push_with_key(&server, &key, "order-1", body).await, (202, true, json!({"accepted": 2, "rejected": 1})));
+    assert_eq!(server.count("idem").await, 2);
+    // Racing retries of a new key: one is stored, the others wait or get the stored answer.
+    let racing: Vec<_> = (0..6)
+        .map(|_| {
+            let (http, url, key) = (server.http.clone(), server.url("/api/streams/s/push"), key.clone());
+            async move {
+                let r = http
+                    .post(&url)
+                    .bearer_auth(&key)
+                    .header("idempotency-key", "order-2")
+                    .body("{\"n\": 3}")
+                    .send()
+                    .await
+                    .unwrap();
+                r.status().as_u16()
+            }
+        })
+        .collect();
+    let statuses = futures_join(racing).await;
+    assert!(statuses.iter().all(|s| *s == 202 || *s == 409), "{statuses:?}");
+    assert_eq!(server.count("idem").await, 3);
+    // Bad keys are refused before anything is stored.
+    let (status, _, answer) = push_with_key(&server, &key, "has space", "{\"n\": 9}").await;
+    assert_eq!(status, 400, "{answer}");
+    // The keys are committed with the rows: a kill -9 forgets nothing.
+    server.kill9();
+    let server = Server::start(&dir.0).await;
+    wait_until("the stream to run", Duration::from_secs(30), || async {
+        server.get("/api/streams/s").await.1["metrics"]["state"] == "running"
+    })
+    .await;
+    assert_eq!(push_with_key(&server, &key, "order-1", body).await, (202, true, json!({"accepted": 2, "rejected": 1})));
+    assert_eq!(push_with_key(&server, &key, "order-2", "{\"n\": 3}").await.1, true);
+    assert_eq!(push_with_key(&server, &key, "order-3", "{\"n\": 4}").await.0, 202);
+    assert_eq!(server.count("idem").await, 4);
+    let ledger = server.sql("SELECT count(*) AS n FROM sluice.rejects").await;
+    assert_eq!(ledger[0]["n"], 1);
+}

@@ -1,12 +1,14 @@
 //! The push source: a bounded channel of parsed bodies, each answered after its commit.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sluice_core::{Chunk, Position, Record, Result, Source, error::Error};
 use tokio::sync::{mpsc, oneshot};
+
+use super::KeyMemory;
 
 /// HTTP push settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -19,11 +21,21 @@ pub struct HttpPushConfig {
     /// Events of one body that are not JSON objects (each a ledger row); a body with more is
     /// refused whole with 422, so one request cannot flood the ledger.
     pub max_invalid_events: usize,
+    /// How long a push's `Idempotency-Key` is honoured, in seconds.
+    pub idempotency_window_s: u64,
+    /// Most idempotency keys remembered; past it the oldest are forgotten first.
+    pub idempotency_keys: usize,
 }
 
 impl Default for HttpPushConfig {
     fn default() -> Self {
-        Self { max_body_bytes: 16 << 20, queue: 1024, max_invalid_events: 1000 }
+        Self {
+            max_body_bytes: 16 << 20,
+            queue: 1024,
+            max_invalid_events: 1000,
+            idempotency_window_s: 3600,
+            idempotency_keys: 100_000,
+        }
     }
 }
 
@@ -35,6 +47,12 @@ impl HttpPushConfig {
         }
         if self.queue == 0 {
             return Err(Error::config("source.queue", "must be at least 1"));
+        }
+        if self.idempotency_window_s == 0 || self.idempotency_window_s > 7 * 86_400 {
+            return Err(Error::config("source.idempotency_window_s", "must be between 1 and 604800 (a week)"));
+        }
+        if self.idempotency_keys == 0 || self.idempotency_keys > 10_000_000 {
+            return Err(Error::config("source.idempotency_keys", "must be between 1 and 10000000"));
         }
         Ok(())
     }
@@ -66,6 +84,8 @@ pub struct PushHandle {
     pub max_body_bytes: usize,
     /// Most events of one body that may be refused before the whole body is.
     pub max_invalid_events: usize,
+    /// The stream's idempotency keys.
+    pub keys: KeyMemory,
 }
 
 impl PushHandle {
@@ -89,7 +109,12 @@ pub fn channel(config: &HttpPushConfig) -> (HttpPushSource, PushHandle) {
     let (tx, rx) = mpsc::channel(config.queue);
     (
         HttpPushSource { rx, next_id: 0, pending: VecDeque::new() },
-        PushHandle { tx, max_body_bytes: config.max_body_bytes, max_invalid_events: config.max_invalid_events },
+        PushHandle {
+            tx,
+            max_body_bytes: config.max_body_bytes,
+            max_invalid_events: config.max_invalid_events,
+            keys: KeyMemory::new(Duration::from_secs(config.idempotency_window_s), config.idempotency_keys),
+        },
     )
 }
 

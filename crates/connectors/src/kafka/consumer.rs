@@ -143,6 +143,7 @@ impl Context {
             route: Some(topic),
             shard: None,
             sequence: None,
+            idempotency: None,
         };
         buffer.records.push(Record { payload: Payload::Bytes(payload), meta });
     }

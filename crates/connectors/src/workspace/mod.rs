@@ -38,6 +38,8 @@ CREATE TABLE IF NOT EXISTS sluice.rejects (
     stream VARCHAR NOT NULL, "table" VARCHAR NOT NULL, "column" VARCHAR, expected_type VARCHAR,
     value VARCHAR, position BIGINT, reason VARCHAR NOT NULL, source JSON,
     received_at TIMESTAMPTZ, recorded_at TIMESTAMPTZ NOT NULL);
+CREATE TABLE IF NOT EXISTS sluice.push_keys (
+    stream VARCHAR NOT NULL, key VARCHAR NOT NULL, answer VARCHAR NOT NULL, stored_at TIMESTAMPTZ NOT NULL);
 "#;
 
 /// DuckDB's memory limit unless `SLUICE_DUCKDB_MEMORY` says otherwise.

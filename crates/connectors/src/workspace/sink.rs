@@ -165,5 +165,16 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layou
         appender.append_record_batch(unit.rejects.to_ledger(&unit.stream, now)).map_err(db_error)?;
         appender.flush().map_err(db_error)?;
     }
+    if !unit.idempotency.is_empty() {
+        let mut appender = conn.appender_to_db("push_keys", super::SCHEMA).map_err(db_error)?;
+        let now = duckdb::types::Value::Timestamp(
+            duckdb::types::TimeUnit::Microsecond,
+            chrono::Utc::now().timestamp_micros(),
+        );
+        for k in &unit.idempotency {
+            appender.append_row(duckdb::params![unit.stream, k.key, k.answer, now.clone()]).map_err(db_error)?;
+        }
+        appender.flush().map_err(db_error)?;
+    }
     super::state::save_checkpoint(conn, &unit.stream, &unit.checkpoint)
 }

@@ -167,6 +167,31 @@ impl Workspace {
         self.secrets.set(&stream.name, stream.secrets.clone())?;
         self.with_connection(move |c| in_transaction(c, |c| save_stream(c, &stream))).await
     }
+    /// The idempotency keys `stream`'s pushes stored in the last `window_s` seconds, oldest
+    /// first, at most `limit` of the newest; older ones are removed.
+    pub async fn push_keys(&self, stream: &str, window_s: u64, limit: usize) -> Result<Vec<(String, String)>> {
+        let stream = stream.to_string();
+        self.with_connection(move |c| {
+            let cutoff = format!("now() - INTERVAL {window_s} SECOND");
+            c.execute(
+                &format!("DELETE FROM sluice.push_keys WHERE stream = ? AND stored_at < {cutoff}"),
+                params![stream],
+            )
+            .map_err(db_error)?;
+            let mut stmt = c
+                .prepare(&format!(
+                    "SELECT key, answer FROM (SELECT key, answer, stored_at FROM sluice.push_keys \
+                     WHERE stream = ? ORDER BY stored_at DESC LIMIT {limit}) ORDER BY stored_at"
+                ))
+                .map_err(db_error)?;
+            let rows = stmt
+                .query_map(params![stream], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+                .map_err(db_error)?;
+            rows.collect::<std::result::Result<Vec<_>, _>>().map_err(db_error)
+        })
+        .await
+    }
+
     /// Remove a stream, its checkpoint, its secrets, and (when asked) its table.
     pub async fn delete_stream(&self, name: &str, drop_table: Option<String>) -> Result<()> {
         self.secrets.set(name, BTreeMap::new())?;
@@ -175,6 +200,7 @@ impl Workspace {
             in_transaction(c, |c| {
                 c.execute("DELETE FROM sluice.streams WHERE name = ?", params![name]).map_err(db_error)?;
                 c.execute("DELETE FROM sluice.checkpoints WHERE stream = ?", params![name]).map_err(db_error)?;
+                c.execute("DELETE FROM sluice.push_keys WHERE stream = ?", params![name]).map_err(db_error)?;
                 if let Some(table) = &drop_table {
                     c.execute_batch(&format!("DROP TABLE IF EXISTS main.{}", quote(table))).map_err(db_error)?;
                 }

@@ -8,12 +8,13 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sluice_connectors::SourceHandle;
-use sluice_connectors::http_push::PushError;
+use sluice_connectors::http_push::{Claim, PushError, PushHandle};
 use sluice_core::batch::now_us;
 use sluice_core::format::json::check_body;
-use sluice_core::{Payload, Record, RecordMeta};
+use sluice_core::{IdempotencyKey, Payload, Record, RecordMeta};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{ApiError, AppState};
@@ -54,13 +55,14 @@ impl PushBudget {
 }
 
 /// Accept a JSON object, an array of objects or NDJSON (optionally gzip-encoded), and answer
-/// 202 `{"accepted": n, "rejected": m}` only once every event is durable.
+/// 202 `{"accepted": n, "rejected": m}` only once every event is durable. With an
+/// `Idempotency-Key` header, a retry of a stored push gets the same answer and stores nothing.
 pub async fn push(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Body,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     let stream = super::running_stream(&state, &id).await?;
     authorize(&headers, &stream.key_hash)?;
@@ -123,15 +125,70 @@ pub async fn push(
         )
         .with_details(json!({ "events": summary.events, "invalid": summary.invalid })));
     }
+    let answer = json!({ "accepted": summary.events - summary.invalid, "rejected": summary.invalid });
+    let Some(key) = idempotency_key(&headers)? else {
+        store(handle, content, None, arrived).await?;
+        return Ok(accepted(answer, false));
+    };
+    match handle.keys.claim(&key) {
+        Claim::Replay(stored) => {
+            // Stored before: the answer it got, and nothing stored again.
+            let stored = serde_json::from_str(&stored).unwrap_or(answer);
+            return Ok(accepted(stored, true));
+        }
+        Claim::InFlight => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "a push with this Idempotency-Key is being stored right now; retry to get its answer",
+            )
+            .with_retry_after(1));
+        }
+        Claim::New => {}
+    }
+    let record = IdempotencyKey { key: key.clone(), answer: answer.to_string() };
+    let stored = store(handle, content, Some(record), arrived).await;
+    handle.keys.settle(&key, stored.is_ok().then(|| answer.to_string()));
+    stored?;
+    Ok(accepted(answer, false))
+}
+
+/// The 202, marked when it repeats an earlier push's answer.
+fn accepted(answer: Value, replayed: bool) -> Response {
+    let mut response = (StatusCode::ACCEPTED, Json(answer)).into_response();
+    if replayed {
+        response.headers_mut().insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// Hand a checked body to the stream and wait until it is durable.
+async fn store(
+    handle: &PushHandle,
+    content: bytes::Bytes,
+    idempotency: Option<IdempotencyKey>,
+    arrived: Instant,
+) -> Result<(), ApiError> {
     let bytes = content.len();
-    let record =
-        Record { payload: Payload::Body(content), meta: RecordMeta { received_us: now_us(), ..RecordMeta::default() } };
+    let meta = RecordMeta { received_us: now_us(), idempotency, ..RecordMeta::default() };
+    let record = Record { payload: Payload::Body(content), meta };
     handle.push(vec![record], bytes, arrived).await.map_err(|e| match e {
         PushError::Unavailable => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).with_retry_after(1),
         PushError::WriteFailed(_) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    })?;
-    let accepted = summary.events - summary.invalid;
-    Ok((StatusCode::ACCEPTED, Json(json!({ "accepted": accepted, "rejected": summary.invalid }))))
+    })
+}
+
+/// The `Idempotency-Key` header, if any: 1 to 255 visible ASCII characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
+    match value.to_str() {
+        Ok(key) if !key.is_empty() && key.len() <= 255 && key.bytes().all(|b| b.is_ascii_graphic()) => {
+            Ok(Some(key.to_string()))
+        }
+        _ => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "Idempotency-Key must be 1 to 255 visible ASCII characters (a UUID is a good choice)",
+        )),
+    }
 }
 
 /// Decode a gzip body of one or more members (`cat a.gz b.gz` is valid gzip); anything after
