@@ -92,3 +92,53 @@ async fn evolves_and_reads_back() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A row DuckDB refuses (text that is not a UUID, for a UUID column) is found by trying parts of
+/// the unit and rolling them back; the rest is written and the row is a ledger row.
+#[tokio::test]
+async fn rows_the_workspace_refuses_are_isolated_by_rolled_back_tries() {
+    use arrow::array::{ArrayRef, StringArray};
+    use sluice_core::quarantine::{Isolated, isolate};
+    use sluice_core::schema::{Column, SchemaChange};
+    use sluice_core::{ColumnType, TableWrite};
+
+    let dir = std::env::temp_dir().join(format!("sluice-ws-quarantine-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let ws = Workspace::open(&dir).unwrap();
+    let ids: ArrayRef = std::sync::Arc::new(StringArray::from(vec![
+        "0b9b6a4e-3f1c-4a51-9d3a-7e2f1b8c9d01",
+        "not a uuid",
+        "5f0c2b7e-8a43-4e6b-b1d2-c3a4e5f60789",
+    ]));
+    let data = arrow::record_batch::RecordBatch::try_from_iter(vec![("id", ids)]).unwrap();
+    let table = TableWrite {
+        table: "q".into(),
+        changes: vec![SchemaChange::Create(vec![Column { name: "id".into(), ty: ColumnType::Uuid }])],
+        data,
+        mirror: None,
+        snapshot: None,
+    };
+    let checkpoint = Checkpoint { position: Position(json!(1)), sequence: 3, totals: Default::default() };
+    let unit = WriteUnit {
+        stream: "s".into(),
+        tables: vec![table],
+        rejects: Default::default(),
+        idempotency: Vec::new(),
+        checkpoint,
+    };
+    let error = ws.write(std::sync::Arc::new(unit.clone())).await.expect_err("DuckDB refuses the text");
+    let Isolated::Cleaned(cleaned, refused) = isolate(&ws, &unit, &error).await else {
+        panic!("the refused row was not isolated");
+    };
+    assert_eq!(refused, 1);
+    // Nothing of the tries was kept.
+    assert!(ws.table_schema("q").await.unwrap().is_none());
+    ws.write(std::sync::Arc::from(cleaned)).await.unwrap();
+    let rows = ws.query("SELECT count(*) AS n FROM q".into(), 10).await.unwrap();
+    assert_eq!(rows.rows[0]["n"], json!(2));
+    let ledger = ws.query("SELECT value, reason FROM sluice.rejects".into(), 10).await.unwrap();
+    assert_eq!(ledger.rows.len(), 1);
+    assert_eq!(ledger.rows[0]["value"], json!(r#"{"id":"not a uuid"}"#));
+    assert!(ledger.rows[0]["reason"].as_str().unwrap().contains("refused"), "{:?}", ledger.rows);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -8,6 +8,7 @@ pub mod error;
 pub mod format;
 pub mod metrics;
 pub mod pipeline;
+pub mod quarantine;
 pub mod rejects;
 pub mod schema;
 pub mod secret;

@@ -11,6 +11,7 @@ use crate::batch::{Checkpoint, Chunk, Record, WriteUnit};
 use crate::decode::Decoder;
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::StreamMetrics;
+use crate::quarantine::{self, Isolated};
 use crate::sink::Sink;
 use crate::source::Source;
 
@@ -226,6 +227,8 @@ fn submit(s: &Stream<'_>, unit: WriteUnit, arrived: Vec<Instant>) -> InFlight {
     let task = tokio::spawn(async move {
         let started = Instant::now();
         let mut backoff = Duration::from_millis(100);
+        let mut unit = unit;
+        let mut isolated = false;
         loop {
             match sink.write(unit.clone()).await {
                 Ok(()) => break,
@@ -234,6 +237,18 @@ fn submit(s: &Stream<'_>, unit: WriteUnit, arrived: Vec<Instant>) -> InFlight {
                     metrics.set_state("retrying", Some(e.to_string()));
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+                // Refused for good: find the rows at fault and write the rest, once.
+                Err(e) if !isolated && !cancel.is_cancelled() => {
+                    isolated = true;
+                    match quarantine::isolate(sink.as_ref(), &unit, &e).await {
+                        Isolated::Unchanged => {}
+                        Isolated::Cleaned(cleaned, refused) => {
+                            tracing::warn!(stream = %name, error = %e, rows = refused, "Rows refused by the destination went to the ledger.");
+                            unit = Arc::from(cleaned);
+                        }
+                        Isolated::NotData => return Err(e),
+                    }
                 }
                 Err(e) => return Err(e),
             }

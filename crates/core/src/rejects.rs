@@ -125,6 +125,23 @@ impl RejectBatch {
         self.rows == 0
     }
 
+    /// These rows, then `more`.
+    pub fn with(&self, more: RejectBatch) -> RejectBatch {
+        if self.is_empty() {
+            return more;
+        }
+        if more.is_empty() {
+            return self.clone();
+        }
+        let columns = self
+            .columns
+            .iter()
+            .zip(&more.columns)
+            .map(|(a, b)| arrow::compute::concat(&[a.as_ref(), b.as_ref()]).expect("ledger columns of one type"))
+            .collect();
+        RejectBatch { columns, rows: self.rows + more.rows }
+    }
+
     /// The rows in the ledger's column order (`stream`, `table`, `column`, `expected_type`,
     /// `value`, `position`, `reason`, `source`, `received_at`, `recorded_at`).
     pub fn to_ledger(&self, stream: &str, recorded_us: i64) -> RecordBatch {

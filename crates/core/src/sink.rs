@@ -15,6 +15,13 @@ use crate::schema::TableSchema;
 pub trait Sink: Send + Sync {
     /// Apply `unit` atomically and durably.
     async fn write(&self, unit: Arc<WriteUnit>) -> Result<()>;
+
+    /// Apply `unit` and roll it back: whether it would commit. A sink that cannot try a write
+    /// without keeping it answers `None`; a unit it refuses then stops the stream.
+    async fn probe(&self, unit: Arc<WriteUnit>) -> Option<Result<()>> {
+        let _ = unit;
+        None
+    }
 }
 
 /// Where streams' checkpoints and the destination's table schemas are read back from.

@@ -369,7 +369,7 @@ async fn an_idempotency_key_stores_a_push_once_across_retries_and_kill_9() {
     })
     .await;
     assert_eq!(push_with_key(&server, &key, "order-1", body).await, (202, true, json!({"accepted": 2, "rejected": 1})));
-    assert_eq!(push_with_key(&server, &key, "order-2", "{\"n\": 3}").await.1, true);
+    assert!(push_with_key(&server, &key, "order-2", "{\"n\": 3}").await.1);
     assert_eq!(push_with_key(&server, &key, "order-3", "{\"n\": 4}").await.0, 202);
     assert_eq!(server.count("idem").await, 4);
     let ledger = server.sql("SELECT count(*) AS n FROM sluice.rejects").await;

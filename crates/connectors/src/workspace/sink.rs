@@ -11,7 +11,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{Workspace, db_error, in_transaction, quote};
 
-type Job = (Arc<WriteUnit>, oneshot::Sender<Result<()>>);
+/// A unit, whether to roll it back once applied (a probe), and where to answer.
+type Job = (Arc<WriteUnit>, bool, oneshot::Sender<Result<()>>);
 
 /// The writer thread's mailbox.
 #[derive(Clone)]
@@ -26,9 +27,10 @@ impl Writer {
             .name("workspace-writer".into())
             .spawn(move || {
                 let mut layouts = Layouts::default();
-                while let Some((unit, reply)) = rx.blocking_recv() {
-                    let result = apply(&conn, &unit, &mut layouts);
-                    if result.is_err() {
+                while let Some((unit, probe, reply)) = rx.blocking_recv() {
+                    let result =
+                        if probe { try_apply(&conn, &unit, &mut layouts) } else { apply(&conn, &unit, &mut layouts) };
+                    if result.is_err() || probe {
                         // The transaction rolled back, its DDL with it.
                         layouts.clear();
                     }
@@ -46,10 +48,16 @@ impl Sink for Workspace {
         let (reply, done) = oneshot::channel();
         self.writer
             .tx
-            .send((unit, reply))
+            .send((unit, false, reply))
             .await
             .map_err(|_| Error::new(ErrorKind::Fatal, "workspace writer stopped"))?;
         done.await.map_err(|_| Error::new(ErrorKind::Fatal, "workspace writer stopped"))?
+    }
+
+    async fn probe(&self, unit: Arc<WriteUnit>) -> Option<Result<()>> {
+        let (reply, done) = oneshot::channel();
+        self.writer.tx.send((unit, true, reply)).await.ok()?;
+        done.await.ok()
     }
 }
 
@@ -110,6 +118,14 @@ impl Layouts {
 
 fn apply(conn: &Connection, unit: &WriteUnit, layouts: &mut Layouts) -> Result<()> {
     in_transaction(conn, |c| apply_in_transaction(c, unit, layouts))
+}
+
+/// Apply `unit` in a transaction that is always rolled back.
+fn try_apply(conn: &Connection, unit: &WriteUnit, layouts: &mut Layouts) -> Result<()> {
+    conn.execute_batch("BEGIN TRANSACTION").map_err(db_error)?;
+    let result = apply_in_transaction(conn, unit, layouts);
+    conn.execute_batch("ROLLBACK").map_err(db_error)?;
+    result
 }
 
 fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layouts) -> Result<()> {
