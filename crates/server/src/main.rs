@@ -50,6 +50,8 @@ enum Command {
         /// A YAML file of declared streams, created or updated at start.
         #[arg(long)]
         config: Option<PathBuf>,
+        #[command(flatten)]
+        limits: serve::Limits,
     },
     /// Run one read-only SELECT on the workspace and print a table.
     Sql {
@@ -104,7 +106,7 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve { data_dir, listen, config } => serve::run(data_dir, listen, config).await,
+            Command::Serve { data_dir, listen, config, limits } => serve::run(data_dir, listen, config, limits).await,
             Command::Sql { sql, server, data_dir, json, limit } => {
                 query_cli::run(&sql, server, &data_dir, json, limit).await
             }
@@ -115,6 +117,9 @@ fn main() -> std::process::ExitCode {
             Command::BenchMirror(args) => bench::mirror::run(args).await,
         }
     });
+    // Blocking jobs still running (a query being interrupted, a write) get a moment to end;
+    // the process does not wait on them past that.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

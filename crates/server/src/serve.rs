@@ -2,23 +2,46 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use sluice_connectors::workspace::Workspace;
 
-use crate::api::{self, AppState};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, AppState, SqlLimits};
 use crate::config::FileConfig;
 use crate::keys;
 use crate::supervisor::Supervisor;
 use crate::syncs::Syncs;
 
+/// Limits on user SQL (`/api/sql`) and on DuckDB's memory.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Limits {
+    /// Longest an `/api/sql` query may run, in milliseconds; a request's `timeout_ms` may ask for
+    /// less.
+    #[arg(long, default_value_t = 30_000)]
+    pub sql_timeout_ms: u64,
+    /// Most bytes of JSON rows one `/api/sql` answer may hold; past it the answer is a 413.
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    pub sql_max_result_bytes: usize,
+    /// DuckDB's memory limit (`2GB`, `512MiB`), for the whole workspace: ingest, syncs and
+    /// queries alike. Sorts and joins spill to disk first; past it a query fails.
+    #[arg(long, default_value = "2GB")]
+    pub memory_limit: String,
+}
+
 /// Run until SIGINT or SIGTERM.
-pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>) -> Result<(), String> {
+pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>, limits: Limits) -> Result<(), String> {
+    if limits.sql_timeout_ms == 0 || limits.sql_max_result_bytes == 0 {
+        return Err("--sql-timeout-ms and --sql-max-result-bytes must be above 0".into());
+    }
     // A bad config fails before anything is opened or created.
     let declared = match &config {
         Some(path) => Some(FileConfig::load(path)?),
         None => None,
     };
     let workspace = Workspace::open(&data_dir).map_err(|e| e.to_string())?;
+    workspace.set_memory_limit(&limits.memory_limit).map_err(|e| e.to_string())?;
     let supervisor = Supervisor::new(workspace.clone());
     supervisor.start_stored().await.map_err(|e| e.to_string())?;
     let syncs = Syncs::new(workspace.clone());
@@ -37,11 +60,21 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>)
     println!("  workspace: {}", workspace.path().display());
     println!("  API:       http://{local}");
     tracing::info!(workspace = %workspace.path().display(), api = %local, "Sluice started.");
-    let app = api::router(AppState { supervisor: supervisor.clone(), syncs: syncs.clone() });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| format!("server error: {e}"))?;
+    let shutdown = CancellationToken::new();
+    let sql = SqlLimits {
+        timeout: Duration::from_millis(limits.sql_timeout_ms),
+        max_result_bytes: limits.sql_max_result_bytes,
+        shutdown: shutdown.clone(),
+    };
+    let app = api::router(AppState { supervisor: supervisor.clone(), syncs: syncs.clone(), sql });
+    // On a signal, running queries are interrupted (their requests answer 503) so that the
+    // graceful shutdown, which waits for requests in flight, ends promptly.
+    let signal = async move {
+        shutdown_signal().await;
+        tracing::info!("Stopping: interrupting running queries.");
+        shutdown.cancel();
+    };
+    axum::serve(listener, app).with_graceful_shutdown(signal).await.map_err(|e| format!("server error: {e}"))?;
     syncs.stop_all().await;
     supervisor.stop_all().await;
     tracing::info!("Sluice stopped.");

@@ -1,6 +1,8 @@
 //! The embedded DuckDB workspace: the default sink, the state store, the rejects ledger and the
 //! stream registry, all in one database file.
 
+mod access;
+mod control;
 mod mirror;
 mod query;
 mod secrets;
@@ -15,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use duckdb::{AccessMode, Config, Connection};
 use sluice_core::{Error, ErrorKind, Result};
 
-pub use query::{QueryResult, check_read_only, query_connection};
+pub use access::READABLE as READABLE_INTERNALS;
+pub use query::{QueryError, QueryErrorKind, QueryLimits, QueryResult, check_read_only, query_connection};
 pub use state::StoredStream;
 pub use sync_plan::Plan;
 pub use sync_state::{RunRecord, RunSummary};
@@ -83,6 +86,15 @@ impl Workspace {
             .and_then(|c| c.enable_external_access(false))
             .map_err(db_error)?;
         Connection::open_with_flags(&path, config).map_err(|e| open_error(&path, e))
+    }
+
+    /// Cap the memory DuckDB may use, in DuckDB's notation (`2GB`, `512MiB`). The limit is
+    /// the database instance's, shared by ingest, syncs and user queries: DuckDB has no
+    /// per-query cap. Sorts, joins and aggregates spill to the temp folder before failing.
+    pub fn set_memory_limit(&self, limit: &str) -> Result<()> {
+        let base = self.base.lock().map_err(|_| Error::new(ErrorKind::Fatal, "workspace lock poisoned"))?;
+        base.execute_batch(&format!("SET memory_limit = '{}'", limit.replace('\'', "''")))
+            .map_err(|e| Error::new(ErrorKind::Config, format!("--memory-limit '{limit}': {e}")))
     }
 
     /// The database file.

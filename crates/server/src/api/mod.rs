@@ -15,6 +15,7 @@ use crate::syncs::Syncs;
 
 use crate::supervisor::Supervisor;
 pub use error::ApiError;
+pub use sql::SqlLimits;
 
 /// Shared state of every handler.
 #[derive(Clone)]
@@ -23,6 +24,8 @@ pub struct AppState {
     pub supervisor: Supervisor,
     /// The reverse ETL syncs.
     pub syncs: Syncs,
+    /// Limits on `/api/sql`.
+    pub sql: SqlLimits,
 }
 
 /// The whole API.
