@@ -42,6 +42,7 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>,
     };
     let workspace = Workspace::open(&data_dir).map_err(|e| e.to_string())?;
     workspace.set_memory_limit(&limits.memory_limit).map_err(|e| e.to_string())?;
+    keys::init(workspace.push_key_pepper().map_err(|e| e.to_string())?);
     let supervisor = Supervisor::new(workspace.clone());
     supervisor.start_stored().await.map_err(|e| e.to_string())?;
     let syncs = Syncs::new(workspace.clone());

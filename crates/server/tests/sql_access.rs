@@ -99,3 +99,26 @@ async fn sql_errors_hide_the_workspace_path() {
     assert!(text.contains("workspace.duckdb.tmp") && text.contains("<data-dir>"), "{text}");
     assert!(!text.contains(&absolute) && !text.contains(dir.0.to_str().unwrap()), "{text}");
 }
+
+#[tokio::test]
+async fn push_keys_are_stored_as_keyed_hashes() {
+    let dir = DataDir::new("sql-keys");
+    let server = Server::start(&dir.0).await;
+    let key = server.create_stream(json!({"name": "s", "table": "t"})).await;
+    server.stop();
+    let out = Command::new(BIN)
+        .args(["sql", "--server", "127.0.0.1:1", "--data-dir", dir.0.to_str().unwrap(), "--json"])
+        .arg("SELECT key_hash FROM sluice.streams")
+        .output()
+        .unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stored = rows[0]["key_hash"].as_str().unwrap();
+    assert!(stored.starts_with("hmac-sha256:") && stored.len() == 12 + 64, "{stored}");
+    // Keyed under secret.key: the key still works after a restart, and not without that file.
+    let server = Server::start(&dir.0).await;
+    assert_eq!(server.push("s", &key, r#"{"id": 1}"#).await.0, 202);
+    server.stop();
+    std::fs::remove_file(dir.0.join("secret.key")).unwrap();
+    let server = Server::start(&dir.0).await;
+    assert_eq!(server.push("s", &key, r#"{"id": 2}"#).await.0, 401, "another secret key, another hash");
+}

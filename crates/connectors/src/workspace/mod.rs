@@ -19,6 +19,7 @@ use sluice_core::{Error, ErrorKind, Result};
 
 pub use access::READABLE as READABLE_INTERNALS;
 pub use query::{QueryError, QueryErrorKind, QueryLimits, QueryResult, check_read_only, query_connection};
+pub use secrets::keyed_hash;
 pub use state::StoredStream;
 pub use sync_plan::Plan;
 pub use sync_state::{RunRecord, RunSummary};
@@ -95,6 +96,12 @@ impl Workspace {
         let base = self.base.lock().map_err(|_| Error::new(ErrorKind::Fatal, "workspace lock poisoned"))?;
         base.execute_batch(&format!("SET memory_limit = '{}'", limit.replace('\'', "''")))
             .map_err(|e| Error::new(ErrorKind::Config, format!("--memory-limit '{limit}': {e}")))
+    }
+
+    /// The key of push-key hashes: derived from the secrets key (`SLUICE_SECRET_KEY` or
+    /// `secret.key`), so a copy of the database alone does not allow guessing keys offline.
+    pub fn push_key_pepper(&self) -> Result<[u8; 32]> {
+        self.secrets.derive("sluice push key hashes v1")
     }
 
     /// The database file.
