@@ -38,7 +38,7 @@ async fn idle(pid: u32) -> bool {
 async fn busy(pid: u32) -> bool {
     let before = cpu_ticks(pid);
     tokio::time::sleep(Duration::from_millis(250)).await;
-    cpu_ticks(pid) - before >= 15
+    cpu_ticks(pid) - before >= 10
 }
 
 async fn ask(server: &Server, body: Value) -> (u16, Value) {
