@@ -14,7 +14,8 @@ use crate::keys;
 use crate::supervisor::Supervisor;
 use crate::syncs::Syncs;
 
-/// Limits on user SQL (`/api/sql`) and on DuckDB's memory.
+/// Limits on user SQL (`/api/sql`). DuckDB's memory limit, the whole workspace's (DuckDB has no
+/// per-query cap), is set when it opens: `SLUICE_DUCKDB_MEMORY`, 256MB by default.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Limits {
     /// Longest an `/api/sql` query may run, in milliseconds; a request's `timeout_ms` may ask for
@@ -24,10 +25,6 @@ pub struct Limits {
     /// Most bytes of JSON rows one `/api/sql` answer may hold; past it the answer is a 413.
     #[arg(long, default_value_t = 64 * 1024 * 1024)]
     pub sql_max_result_bytes: usize,
-    /// DuckDB's memory limit (`2GB`, `512MiB`), for the whole workspace: ingest, syncs and
-    /// queries alike. Sorts and joins spill to disk first; past it a query fails.
-    #[arg(long, default_value = "2GB")]
-    pub memory_limit: String,
 }
 
 /// Run until SIGINT or SIGTERM.
@@ -41,7 +38,6 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>,
         None => None,
     };
     let workspace = Workspace::open(&data_dir).map_err(|e| e.to_string())?;
-    workspace.set_memory_limit(&limits.memory_limit).map_err(|e| e.to_string())?;
     keys::init(workspace.push_key_pepper().map_err(|e| e.to_string())?);
     let supervisor = Supervisor::new(workspace.clone());
     supervisor.start_stored().await.map_err(|e| e.to_string())?;

@@ -89,7 +89,7 @@ async fn sql_errors_hide_the_workspace_path() {
     // The temp folder DuckDB spills to cannot be created: its error names the path. A small
     // memory limit makes the sort below spill.
     std::fs::write(dir.0.join("workspace.duckdb.tmp"), "in the way").unwrap();
-    let server = Server::start_with(&dir.0, &["--memory-limit", "64MB"]).await;
+    let server = Server::start_env(&dir.0, &[], &[("SLUICE_DUCKDB_MEMORY", "64MB")]).await;
     let absolute = std::path::absolute(&dir.0).unwrap().display().to_string();
     let spill = "SELECT i, repeat('x', 50) AS pad FROM range(20000000) t(i) ORDER BY random()";
     let r = server.http.post(server.url("/api/sql")).json(&json!({"sql": spill, "limit": 1})).send().await.unwrap();

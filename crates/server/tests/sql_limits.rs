@@ -68,13 +68,13 @@ async fn sql_huge_result_is_refused_and_memory_stays_bounded() {
 
     // DuckDB's memory cap: an aggregate that cannot spill fails with a clear error.
     let dir = DataDir::new("sql-memory");
-    let server = Server::start_with(&dir.0, &["--memory-limit", "256MB"]).await;
+    let server = Server::start_env(&dir.0, &[], &[("SLUICE_DUCKDB_MEMORY", "256MB")]).await;
     let pid = server.child.id();
     let (status, body) = ask(&server, json!({"sql": "SELECT list(repeat('x', 100)) FROM range(100000000)"})).await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["limit"], "memory");
     let error = body["error"].as_str().unwrap();
-    assert!(error.contains("--memory-limit") && error.contains("Out of Memory"), "{error}");
+    assert!(error.contains("SLUICE_DUCKDB_MEMORY") && error.contains("Out of Memory"), "{error}");
     let hwm = status_kb(pid, "VmHWM");
     eprintln!("memory cap 256MB: server peak RSS {} MB", hwm / 1024);
     assert!(hwm < RSS_BOUND_KB, "peak RSS {hwm} kB");

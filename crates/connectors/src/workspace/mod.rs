@@ -44,6 +44,9 @@ CREATE TABLE IF NOT EXISTS sluice.rejects (
     received_at TIMESTAMPTZ, recorded_at TIMESTAMPTZ NOT NULL);
 "#;
 
+/// DuckDB's memory limit unless `SLUICE_DUCKDB_MEMORY` says otherwise.
+pub const DUCKDB_MEMORY: &str = "256MB";
+
 /// An open workspace. Cheap to clone; all clones share one database.
 #[derive(Clone)]
 pub struct Workspace {
@@ -69,6 +72,13 @@ impl Workspace {
         // 16 MB checkpoints so often that pushes queue (p99 760 ms at 50k events/s); 256 MB
         // stalls for seconds at a time (p99 3.5 s); 64 MB gave p99 435 ms and the best rate.
         conn.execute_batch(&format!("SET wal_autocheckpoint = '{WAL_CHECKPOINT}'")).map_err(db_error)?;
+        // DuckDB keeps pages it has read or written cached up to its memory limit, 80% of the
+        // machine's RAM by default: a server taking pushes would grow towards that. The limit
+        // bounds the cache and query work (beyond it DuckDB spills to its temp folder or fails
+        // the statement with an out-of-memory error); `SLUICE_DUCKDB_MEMORY` changes it.
+        let memory = std::env::var("SLUICE_DUCKDB_MEMORY").unwrap_or_else(|_| DUCKDB_MEMORY.to_string());
+        conn.execute_batch(&format!("SET memory_limit = '{}'", memory.replace('\'', "")))
+            .map_err(|e| Error::new(ErrorKind::Config, format!("SLUICE_DUCKDB_MEMORY: {e}")))?;
         // User SQL must not read files or attach databases: the workspace needs neither.
         conn.execute_batch("SET enable_external_access = false").map_err(db_error)?;
         let writer = sink::Writer::start(conn.try_clone().map_err(db_error)?)?;
@@ -87,15 +97,6 @@ impl Workspace {
             .and_then(|c| c.enable_external_access(false))
             .map_err(db_error)?;
         Connection::open_with_flags(&path, config).map_err(|e| open_error(&path, e))
-    }
-
-    /// Cap the memory DuckDB may use, in DuckDB's notation (`2GB`, `512MiB`). The limit is
-    /// the database instance's, shared by ingest, syncs and user queries: DuckDB has no
-    /// per-query cap. Sorts, joins and aggregates spill to the temp folder before failing.
-    pub fn set_memory_limit(&self, limit: &str) -> Result<()> {
-        let base = self.base.lock().map_err(|_| Error::new(ErrorKind::Fatal, "workspace lock poisoned"))?;
-        base.execute_batch(&format!("SET memory_limit = '{}'", limit.replace('\'', "''")))
-            .map_err(|e| Error::new(ErrorKind::Config, format!("--memory-limit '{limit}': {e}")))
     }
 
     /// The key of push-key hashes: derived from the secrets key (`SLUICE_SECRET_KEY` or

@@ -262,8 +262,8 @@ fn query_error(e: duckdb::Error) -> QueryError {
     let kind = if text.contains("Out of Memory") { QueryErrorKind::OutOfMemory } else { QueryErrorKind::Invalid };
     let message = if kind == QueryErrorKind::OutOfMemory {
         format!(
-            "the query needed more memory than the workspace's limit (sluice serve --memory-limit); \
-             aggregate, filter or add a LIMIT: {text}"
+            "the query needed more memory than DuckDB's limit for the workspace (SLUICE_DUCKDB_MEMORY, \
+             256MB by default); aggregate, filter or add a LIMIT: {text}"
         )
     } else {
         format!("query failed: {text}")
