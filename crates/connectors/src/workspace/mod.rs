@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex};
 use duckdb::{AccessMode, Config, Connection};
 use sluice_core::{Error, ErrorKind, Result};
 
-pub use access::READABLE as READABLE_INTERNALS;
 pub use query::{QueryError, QueryErrorKind, QueryLimits, QueryResult, check_read_only, query_connection};
 pub use secrets::keyed_hash;
 pub use state::StoredStream;
