@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use serde_json::json;
-use sluice_connectors::workspace::Workspace;
+use sluice_connectors::workspace::{QueryLimits, QueryResult, Workspace};
 use sluice_core::{
     Checkpoint, Decoder, MetadataConfig, Payload, Position, Record, RecordMeta, Sink, StateStore, WriteUnit,
 };
@@ -17,6 +17,13 @@ fn records(values: Vec<serde_json::Value>) -> Vec<Record> {
             meta: RecordMeta { received_us: 1_700_000_000_000_000, ..Default::default() },
         })
         .collect()
+}
+
+async fn query(ws: &Workspace, sql: &str, rows: usize) -> sluice_core::Result<QueryResult> {
+    let limits = QueryLimits { rows, max_bytes: 1 << 20 };
+    ws.query(sql.into(), limits, std::time::Duration::from_secs(30), std::future::pending())
+        .await
+        .map_err(|e| sluice_core::Error::new(sluice_core::ErrorKind::Data, e.message))
 }
 
 async fn write(ws: &Workspace, decoder: &mut Decoder, cp: &mut Checkpoint, values: Vec<serde_json::Value>) {
@@ -63,32 +70,33 @@ async fn evolves_and_reads_back() {
     assert!(cols.contains(&("at".into(), "TIMESTAMPTZ".into())), "{cols:?}");
     assert!(cols.contains(&("day".into(), "DATE".into())), "{cols:?}");
 
-    let r = ws
-        .query(
-            r#"SELECT id, tags->>0 AS tag, epoch("at")::BIGINT AS "at", ok, new, _position FROM t ORDER BY _position"#
-                .into(),
-            100,
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.rows.len(), 3);
-    assert_eq!(r.rows[0]["tag"], json!("a"));
-    assert_eq!(r.rows[0]["at"], json!(1704060000));
-    assert_eq!(r.rows[2]["id"], json!(2.5));
-    assert_eq!(r.rows[2].get("ok"), None, "misfit is NULL: {:?}", r.rows[2]);
+    let r = query(
+        &ws,
+        r#"SELECT id, tags->>0 AS tag, epoch("at")::BIGINT AS "at", ok, new, _position FROM t ORDER BY _position"#,
+        100,
+    )
+    .await
+    .unwrap();
+    let rows = r.rows().unwrap();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[0]["tag"], json!("a"));
+    assert_eq!(rows[0]["at"], json!(1704060000));
+    assert_eq!(rows[2]["id"], json!(2.5));
+    assert_eq!(rows[2].get("ok"), Some(&json!(null)), "misfit is NULL: {:?}", rows[2]);
     let rejects =
-        ws.query("SELECT \"column\", expected_type, value, position FROM sluice.rejects".into(), 10).await.unwrap();
-    assert_eq!(rejects.rows.len(), 1);
-    assert_eq!(rejects.rows[0]["column"], json!("ok"));
-    assert_eq!(rejects.rows[0]["expected_type"], json!("BOOLEAN"));
-    assert_eq!(rejects.rows[0]["value"], json!("\"nope\""));
-    assert_eq!(rejects.rows[0]["position"], json!(3));
+        query(&ws, "SELECT \"column\", expected_type, value, position FROM sluice.rejects", 10).await.unwrap();
+    let rejects = rejects.rows().unwrap();
+    assert_eq!(rejects.len(), 1);
+    assert_eq!(rejects[0]["column"], json!("ok"));
+    assert_eq!(rejects[0]["expected_type"], json!("BOOLEAN"));
+    assert_eq!(rejects[0]["value"], json!("\"nope\""));
+    assert_eq!(rejects[0]["position"], json!(3));
     let stored = ws.checkpoint("s").await.unwrap().unwrap();
     assert_eq!(stored.sequence, 3);
 
     for bad in ["DELETE FROM t", "SELECT 1; SELECT 2", "CREATE TABLE x AS SELECT 1", "PRAGMA version", "ATTACH 'x.db'"]
     {
-        assert!(ws.query(bad.into(), 10).await.is_err(), "{bad} must be refused");
+        assert!(query(&ws, bad, 10).await.is_err(), "{bad} must be refused");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -134,11 +142,11 @@ async fn rows_the_workspace_refuses_are_isolated_by_rolled_back_tries() {
     // Nothing of the tries was kept.
     assert!(ws.table_schema("q").await.unwrap().is_none());
     ws.write(std::sync::Arc::from(cleaned)).await.unwrap();
-    let rows = ws.query("SELECT count(*) AS n FROM q".into(), 10).await.unwrap();
-    assert_eq!(rows.rows[0]["n"], json!(2));
-    let ledger = ws.query("SELECT value, reason FROM sluice.rejects".into(), 10).await.unwrap();
-    assert_eq!(ledger.rows.len(), 1);
-    assert_eq!(ledger.rows[0]["value"], json!(r#"{"id":"not a uuid"}"#));
-    assert!(ledger.rows[0]["reason"].as_str().unwrap().contains("refused"), "{:?}", ledger.rows);
+    let rows = query(&ws, "SELECT count(*) AS n FROM q", 10).await.unwrap().rows().unwrap();
+    assert_eq!(rows[0]["n"], json!(2));
+    let ledger = query(&ws, "SELECT value, reason FROM sluice.rejects", 10).await.unwrap().rows().unwrap();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0]["value"], json!(r#"{"id":"not a uuid"}"#));
+    assert!(ledger[0]["reason"].as_str().unwrap().contains("refused"), "{ledger:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -51,10 +51,8 @@ enum Command {
         /// A YAML file of declared streams, created or updated at start.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Memory for push bodies held at once, in MiB, server-wide: from the first byte read
-        /// until the answer. A push that finds no room within 10 s gets 429.
-        #[arg(long, default_value_t = 64)]
-        push_memory_mb: usize,
+        #[command(flatten)]
+        limits: serve::Limits,
     },
     /// Run one read-only SELECT on the workspace and print a table.
     Sql {
@@ -109,9 +107,7 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve { data_dir, listen, config, push_memory_mb } => {
-                serve::run(data_dir, listen, config, push_memory_mb << 20).await
-            }
+            Command::Serve { data_dir, listen, config, limits } => serve::run(data_dir, listen, config, limits).await,
             Command::Sql { sql, server, data_dir, json, limit } => {
                 query_cli::run(&sql, server, &data_dir, json, limit).await
             }
@@ -122,6 +118,9 @@ fn main() -> std::process::ExitCode {
             Command::BenchMirror(args) => bench::mirror::run(args).await,
         }
     });
+    // Blocking jobs still running (a query being interrupted, a write) get a moment to end;
+    // the process does not wait on them past that.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

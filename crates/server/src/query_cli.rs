@@ -1,11 +1,23 @@
 //! `sluice sql`: ask the running server, or open the workspace read-only when none answers.
+//! Through the server, the API's rules apply (internal tables hidden, time and size limits);
+//! without one, the operator reads their own file: every table, no time limit.
 
 use std::net::SocketAddr;
 use std::path::Path;
 
 use comfy_table::Table;
-use serde_json::{Value, json};
-use sluice_connectors::workspace::{QueryResult, Workspace, query_connection};
+use serde_json::{Map, Value, json};
+use sluice_connectors::workspace::{QueryLimits, Workspace, query_connection};
+
+/// Most bytes of JSON rows read from the workspace without a server (as the server's default).
+const OFFLINE_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+/// Rows to print.
+struct Rows {
+    columns: Vec<(String, String)>,
+    rows: Vec<Map<String, Value>>,
+    truncated: bool,
+}
 
 /// Run one statement and print the rows.
 pub async fn run(sql: &str, server: SocketAddr, data_dir: &Path, as_json: bool, limit: usize) -> Result<(), String> {
@@ -13,7 +25,13 @@ pub async fn run(sql: &str, server: SocketAddr, data_dir: &Path, as_json: bool, 
         Some(result) => result,
         None => {
             let conn = Workspace::open_read_only(data_dir).map_err(|e| e.to_string())?;
-            query_connection(&conn, sql, limit).map_err(|e| e.to_string())?
+            let limits = QueryLimits { rows: limit, max_bytes: OFFLINE_MAX_BYTES };
+            let result = query_connection(&conn, sql, limits).map_err(|e| e.to_string())?;
+            Rows {
+                rows: result.rows().map_err(|e| e.to_string())?,
+                columns: result.columns,
+                truncated: result.truncated,
+            }
         }
     };
     if as_json {
@@ -25,7 +43,7 @@ pub async fn run(sql: &str, server: SocketAddr, data_dir: &Path, as_json: bool, 
 }
 
 /// `Ok(None)` when no server listens.
-async fn ask_server(sql: &str, server: SocketAddr, limit: usize) -> Result<Option<QueryResult>, String> {
+async fn ask_server(sql: &str, server: SocketAddr, limit: usize) -> Result<Option<Rows>, String> {
     let client = reqwest::Client::new();
     let response =
         match client.post(format!("http://{server}/api/sql")).json(&json!({"sql": sql, "limit": limit})).send().await {
@@ -50,10 +68,10 @@ async fn ask_server(sql: &str, server: SocketAddr, limit: usize) -> Result<Optio
         .as_array()
         .map(|rows| rows.iter().filter_map(|r| r.as_object().cloned()).collect())
         .unwrap_or_default();
-    Ok(Some(QueryResult { columns, rows, truncated: body["truncated"].as_bool().unwrap_or(false) }))
+    Ok(Some(Rows { columns, rows, truncated: body["truncated"].as_bool().unwrap_or(false) }))
 }
 
-fn print_table(result: &QueryResult) {
+fn print_table(result: &Rows) {
     let mut table = Table::new();
     table.set_header(result.columns.iter().map(|(name, _)| name.clone()));
     for row in &result.rows {

@@ -2,28 +2,47 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use sluice_connectors::workspace::Workspace;
 
-use crate::api::{self, AppState};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, AppState, SqlLimits};
 use crate::config::FileConfig;
 use crate::keys;
 use crate::supervisor::Supervisor;
 use crate::syncs::Syncs;
 
+/// Limits on user SQL (`/api/sql`) and on push bodies held at once. DuckDB's memory limit, the whole workspace's (DuckDB has no
+/// per-query cap), is set when it opens: `SLUICE_DUCKDB_MEMORY`, 256MB by default.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Limits {
+    /// Longest an `/api/sql` query may run, in milliseconds; a request's `timeout_ms` may ask for
+    /// less.
+    #[arg(long, default_value_t = 30_000)]
+    pub sql_timeout_ms: u64,
+    /// Most bytes of JSON rows one `/api/sql` answer may hold; past it the answer is a 413.
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    pub sql_max_result_bytes: usize,
+    /// Memory for push bodies held at once, in MiB, server-wide: from the first byte read
+    /// until the answer. A push that finds no room within 10 s gets 429.
+    #[arg(long, default_value_t = 64)]
+    pub push_memory_mb: usize,
+}
+
 /// Run until SIGINT or SIGTERM.
-pub async fn run(
-    data_dir: PathBuf,
-    listen: SocketAddr,
-    config: Option<PathBuf>,
-    push_memory: usize,
-) -> Result<(), String> {
+pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>, limits: Limits) -> Result<(), String> {
+    if limits.sql_timeout_ms == 0 || limits.sql_max_result_bytes == 0 {
+        return Err("--sql-timeout-ms and --sql-max-result-bytes must be above 0".into());
+    }
     // A bad config fails before anything is opened or created.
     let declared = match &config {
         Some(path) => Some(FileConfig::load(path)?),
         None => None,
     };
     let workspace = Workspace::open(&data_dir).map_err(|e| e.to_string())?;
+    keys::init(workspace.push_key_pepper().map_err(|e| e.to_string())?);
     let supervisor = Supervisor::new(workspace.clone());
     supervisor.start_stored().await.map_err(|e| e.to_string())?;
     let syncs = Syncs::new(workspace.clone());
@@ -42,9 +61,22 @@ pub async fn run(
     println!("  workspace: {}", workspace.path().display());
     println!("  API:       http://{local}");
     tracing::info!(workspace = %workspace.path().display(), api = %local, "Sluice started.");
-    let push_budget = api::PushBudget::new(push_memory);
-    let app = api::router(AppState { supervisor: supervisor.clone(), syncs: syncs.clone(), push_budget });
-    crate::listener::serve(listener, app, shutdown_signal()).await;
+    let shutdown = CancellationToken::new();
+    let sql = SqlLimits {
+        timeout: Duration::from_millis(limits.sql_timeout_ms),
+        max_result_bytes: limits.sql_max_result_bytes,
+        shutdown: shutdown.clone(),
+    };
+    let push_budget = api::PushBudget::new(limits.push_memory_mb << 20);
+    let app = api::router(AppState { supervisor: supervisor.clone(), syncs: syncs.clone(), push_budget, sql });
+    // On a signal, running queries are interrupted (their requests answer 503) so that the
+    // graceful shutdown, which waits for requests in flight, ends promptly.
+    let signal = async move {
+        shutdown_signal().await;
+        tracing::info!("Stopping: interrupting running queries.");
+        shutdown.cancel();
+    };
+    crate::listener::serve(listener, app, signal).await;
     syncs.stop_all().await;
     supervisor.stop_all().await;
     tracing::info!("Sluice stopped.");

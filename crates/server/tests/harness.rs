@@ -147,8 +147,8 @@ impl Server {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
-    /// Rows of a query as `|`-joined values (empty while it fails), to compare with
-    /// [`crate::postgres::Postgres::lines`].
+    /// Rows of a query as `|`-joined values, NULL as empty as psql shows it (empty while it
+    /// fails), to compare with [`crate::postgres::Postgres::lines`].
     pub async fn lines(&self, sql: &str) -> Vec<String> {
         let (status, body) = self.sql_raw(sql).await;
         if status != 200 {
@@ -162,7 +162,11 @@ impl Server {
                 r.as_object()
                     .unwrap()
                     .values()
-                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                    .map(|v| match v {
+                        Value::Null => String::new(),
+                        Value::String(s) => s.clone(),
+                        v => v.to_string(),
+                    })
                     .collect::<Vec<_>>()
                     .join("|")
             })

@@ -23,3 +23,5 @@ mod reverse_etl;
 mod reverse_etl_files;
 mod reverse_etl_http;
 mod schema;
+mod sql_access;
+mod sql_limits;

@@ -49,9 +49,9 @@ async fn a_json_feed_keeps_the_latest_row_per_key() {
     assert_eq!(
         stored,
         [
-            json!({"id": 1, "state": "off"}),
+            json!({"id": 1, "state": "off", "battery": null}),
             json!({"id": 2, "state": "on", "battery": 0.5}),
-            json!({"id": 3, "state": "off"}),
+            json!({"id": 3, "state": "off", "battery": null}),
         ]
     );
     let history = server.sql("SELECT id, state, _op FROM devices__changes ORDER BY _sequence").await;

@@ -165,13 +165,13 @@ async fn queries_that_write_are_refused() {
         assert_eq!(status, 400, "{sql}: {body}");
         assert!(body["error"].as_str().unwrap().starts_with("query refused"), "{sql}: {body}");
     }
-    // A SELECT that reads files passes the parser but meets a workspace without file access.
+    // A SELECT that reads files is refused too: read_csv() is not an allowed table function
+    // (and the workspace has no file access anyway).
     let (status, body) = server
         .create_sync(json!({"name": "r", "query": "SELECT * FROM read_csv('/etc/passwd')", "destination": target}))
         .await;
-    assert_eq!(status, 201, "{body}");
-    let run = server.run_sync("r").await;
-    assert_eq!(run["status"], "failed");
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("read_csv"), "{body}");
     assert_eq!(server.count("src").await, 3, "nothing was written");
 
     // Keys must be columns of the result, unique and not NULL.

@@ -1,6 +1,8 @@
 //! The embedded DuckDB workspace: the default sink, the state store, the rejects ledger and the
 //! stream registry, all in one database file.
 
+mod access;
+mod control;
 mod mirror;
 mod query;
 mod secrets;
@@ -15,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use duckdb::{AccessMode, Config, Connection};
 use sluice_core::{Error, ErrorKind, Result};
 
-pub use query::{QueryResult, check_read_only, query_connection};
+pub use query::{QueryError, QueryErrorKind, QueryLimits, QueryResult, check_read_only, query_connection};
+pub use secrets::keyed_hash;
 pub use state::StoredStream;
 pub use sync_plan::Plan;
 pub use sync_state::{RunRecord, RunSummary};
@@ -95,6 +98,12 @@ impl Workspace {
             .and_then(|c| c.enable_external_access(false))
             .map_err(db_error)?;
         Connection::open_with_flags(&path, config).map_err(|e| open_error(&path, e))
+    }
+
+    /// The key of push-key hashes: derived from the secrets key (`SLUICE_SECRET_KEY` or
+    /// `secret.key`), so a copy of the database alone does not allow guessing keys offline.
+    pub fn push_key_pepper(&self) -> Result<[u8; 32]> {
+        self.secrets.derive("sluice push key hashes v1")
     }
 
     /// The database file.

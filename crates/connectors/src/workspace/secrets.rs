@@ -2,7 +2,8 @@
 //! owner only, each value encrypted with ChaCha20-Poly1305. The key comes from
 //! `SLUICE_SECRET_KEY` (64 hex digits) or else from `secret.key` beside the file, created on first
 //! use with mode 0600; keep that key elsewhere and `secrets.json` alone reveals nothing. They are
-//! kept out of the database so that no SQL, read-only or not, can see them.
+//! kept out of the database so that no SQL, read-only or not, can see them. The same key, through
+//! [`keyed_hash`], keys the stored hashes of push keys.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -11,6 +12,7 @@ use std::sync::Mutex;
 
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use sha2::{Digest, Sha256};
 use sluice_core::{Error, ErrorKind, Result};
 
 /// Encrypted values start with this; older plain values are still read.
@@ -87,6 +89,16 @@ impl SecretFile {
 impl SecretFile {
     /// The cipher, from `SLUICE_SECRET_KEY` or the key file (created when missing).
     fn cipher(&self) -> Result<ChaCha20Poly1305> {
+        Ok(ChaCha20Poly1305::new(Key::from_slice(&self.key()?)))
+    }
+
+    /// A 32-byte key for `purpose`, derived from the secret key (which never leaves this file).
+    pub(crate) fn derive(&self, purpose: &str) -> Result<[u8; 32]> {
+        Ok(keyed_hash(&self.key()?, purpose.as_bytes()))
+    }
+
+    /// The secret key, from `SLUICE_SECRET_KEY` or the key file (created when missing).
+    fn key(&self) -> Result<[u8; 32]> {
         let bad = |what: &str| Error::new(ErrorKind::Config, format!("{what} must be 64 hex digits (a 32-byte key)"));
         let hex_key = match std::env::var("SLUICE_SECRET_KEY") {
             Ok(key) => key,
@@ -105,11 +117,22 @@ impl SecretFile {
             },
         };
         let bytes = hex::decode(hex_key.trim()).map_err(|_| bad("the secret key"))?;
-        if bytes.len() != 32 {
-            return Err(bad("the secret key"));
-        }
-        Ok(ChaCha20Poly1305::new(Key::from_slice(&bytes)))
+        bytes.try_into().map_err(|_| bad("the secret key"))
     }
+}
+
+/// HMAC-SHA-256 (RFC 2104) of `message` under `key`.
+pub fn keyed_hash(key: &[u8], message: &[u8]) -> [u8; 32] {
+    let mut block = [0u8; 64];
+    if key.len() > 64 {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let inner_pad: Vec<u8> = block.iter().map(|b| b ^ 0x36).collect();
+    let outer_pad: Vec<u8> = block.iter().map(|b| b ^ 0x5c).collect();
+    let inner = Sha256::new().chain_update(&inner_pad).chain_update(message).finalize();
+    Sha256::new().chain_update(&outer_pad).chain_update(inner).finalize().into()
 }
 
 fn seal(cipher: &ChaCha20Poly1305, value: &str) -> Result<String> {
@@ -150,4 +173,14 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut file = options.open(path).map_err(io)?;
     file.write_all(bytes).map_err(io)?;
     file.sync_all().map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keyed_hash_is_hmac_sha256() {
+        // RFC 4231, test case 2.
+        let mac = super::keyed_hash(b"Jefe", b"what do ya want for nothing?");
+        assert_eq!(hex::encode(mac), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    }
 }

@@ -16,7 +16,7 @@ pub struct StoredStream {
     pub name: String,
     /// The config, serialized (secrets are never serialized).
     pub config: serde_json::Value,
-    /// SHA-256 of the push key, hex.
+    /// The push key's stored hash (`hmac-sha256:…`, or plain SHA-256 hex from older versions).
     pub key_hash: String,
     /// Secrets of the config (passwords), by field path; kept out of `config`.
     pub secrets: BTreeMap<String, String>,

@@ -16,6 +16,7 @@ use crate::syncs::Syncs;
 use crate::supervisor::{Lookup, RunningStream, Supervisor};
 pub use error::ApiError;
 pub use push::PushBudget;
+pub use sql::SqlLimits;
 
 /// Shared state of every handler.
 #[derive(Clone)]
@@ -26,6 +27,8 @@ pub struct AppState {
     pub push_budget: PushBudget,
     /// The reverse ETL syncs.
     pub syncs: Syncs,
+    /// Limits on `/api/sql`.
+    pub sql: SqlLimits,
 }
 
 /// A running stream by name: 404 when there is none, 503 while it restarts.
