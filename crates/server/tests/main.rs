@@ -23,5 +23,6 @@ mod reverse_etl;
 mod reverse_etl_files;
 mod reverse_etl_http;
 mod schema;
+mod soak;
 mod sql_access;
 mod sql_limits;
