@@ -38,6 +38,7 @@ async fn write(ws: &Workspace, decoder: &mut Decoder, cp: &mut Checkpoint, value
         tables: decoded.tables,
         rejects: decoded.rejects.finish(),
         idempotency: Vec::new(),
+        replayed: Vec::new(),
         checkpoint: next.clone(),
     };
     ws.write(std::sync::Arc::new(unit)).await.unwrap();
@@ -132,6 +133,7 @@ async fn rows_the_workspace_refuses_are_isolated_by_rolled_back_tries() {
         tables: vec![table],
         rejects: Default::default(),
         idempotency: Vec::new(),
+        replayed: Vec::new(),
         checkpoint,
     };
     let error = ws.write(std::sync::Arc::new(unit.clone())).await.expect_err("DuckDB refuses the text");

@@ -149,6 +149,9 @@ pub struct WriteUnit {
     pub rejects: crate::rejects::RejectBatch,
     /// Idempotency keys of the pushes in this unit.
     pub idempotency: Vec<IdempotencyKey>,
+    /// Ledger rows (whole events, by their sequence) that this unit decodes again: marked
+    /// replayed in the same transaction as the rows they become.
+    pub replayed: Vec<i64>,
     /// The checkpoint reached once this unit is durable.
     pub checkpoint: Checkpoint,
 }

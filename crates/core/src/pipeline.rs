@@ -214,6 +214,7 @@ fn decode(s: &mut Stream<'_>, chunks: Vec<Chunk>, from: &Checkpoint) -> Result<(
         tables: decoded.tables,
         rejects: decoded.rejects.finish(),
         idempotency,
+        replayed: Vec::new(),
         checkpoint: Checkpoint { position, sequence: decoded.last_sequence, totals },
     };
     Ok((unit, arrived))

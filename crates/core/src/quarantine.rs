@@ -78,6 +78,7 @@ pub async fn isolate(sink: &dyn Sink, unit: &WriteUnit, error: &Error) -> Isolat
     let mut cleaned = part(unit, tables);
     cleaned.rejects = unit.rejects.with(extra.finish());
     cleaned.idempotency = unit.idempotency.clone();
+    cleaned.replayed = unit.replayed.clone();
     Isolated::Cleaned(Box::new(cleaned), refused)
 }
 
@@ -88,6 +89,7 @@ fn part(unit: &WriteUnit, tables: Vec<TableWrite>) -> WriteUnit {
         tables,
         rejects: Default::default(),
         idempotency: Vec::new(),
+        replayed: Vec::new(),
         checkpoint: unit.checkpoint.clone(),
     }
 }

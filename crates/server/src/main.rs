@@ -6,6 +6,7 @@ mod config;
 mod keys;
 mod listener;
 mod query_cli;
+mod replay;
 mod serve;
 mod supervisor;
 mod sync_cli;

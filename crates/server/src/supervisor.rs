@@ -126,17 +126,17 @@ impl Supervisor {
     /// (Re)start a stream and store it. If the new config cannot start, the old one (if any)
     /// runs again and nothing is stored.
     pub async fn save_and_start(&self, config: StreamConfig, key_hash: String) -> Result<()> {
-        let stored = serde_json::to_value(&config)
-            .map_err(|e| Error::new(ErrorKind::Fatal, "cannot serialize config").with_source(e))?;
         let name = config.name.clone();
         self.restarting.write().await.insert(name.clone());
-        let result = self.restart(config, stored, key_hash).await;
+        let result = self.restart(config, key_hash).await;
         self.restarting.write().await.remove(&name);
         result
     }
 
     /// Stop the old run of a stream (if any) and start the new config, or the old one again.
-    async fn restart(&self, config: StreamConfig, stored: serde_json::Value, key_hash: String) -> Result<()> {
+    async fn restart(&self, config: StreamConfig, key_hash: String) -> Result<()> {
+        let stored = serde_json::to_value(&config)
+            .map_err(|e| Error::new(ErrorKind::Fatal, "cannot serialize config").with_source(e))?;
         let previous = self.stop(&config.name).await;
         if let Err(e) = self.start(config.clone(), key_hash.clone()).await {
             if let Some(old) = previous {
@@ -180,6 +180,42 @@ impl Supervisor {
         self.workspace.reset_position(name).await?;
         self.start(stream.config.clone(), stream.key_hash.clone()).await?;
         Ok(true)
+    }
+
+    /// Stop `name`, run `change` while nothing of it runs (it gets the config and returns the
+    /// config to start again with, and what to answer), then start it again. If `change` fails,
+    /// the stream starts again as it was. `None` when there is no such stream.
+    pub async fn while_stopped<F, Fut, T>(&self, name: &str, change: F) -> Result<Option<T>>
+    where
+        F: FnOnce(StreamConfig) -> Fut,
+        Fut: std::future::Future<Output = Result<(StreamConfig, T)>>,
+    {
+        self.restarting.write().await.insert(name.to_string());
+        let result = async {
+            let Some(stream) = self.stop(name).await else { return Ok(None) };
+            match change(stream.config.clone()).await {
+                Ok((config, answer)) => {
+                    let same = serde_json::to_value(&config).ok() == serde_json::to_value(&stream.config).ok();
+                    let started = if same {
+                        self.start(config, stream.key_hash.clone()).await
+                    } else {
+                        self.restart(config, stream.key_hash.clone()).await
+                    };
+                    if let Err(e) = started {
+                        self.start(stream.config.clone(), stream.key_hash.clone()).await?;
+                        return Err(e);
+                    }
+                    Ok(Some(answer))
+                }
+                Err(e) => {
+                    self.start(stream.config.clone(), stream.key_hash.clone()).await?;
+                    Err(e)
+                }
+            }
+        }
+        .await;
+        self.restarting.write().await.remove(name);
+        result
     }
 
     /// Stop every stream (shutdown).
@@ -294,7 +330,7 @@ async fn supervise(
     }
 }
 
-async fn reload(workspace: &Workspace, config: &StreamConfig) -> Result<(sluice_core::Checkpoint, Decoder)> {
+pub(crate) async fn reload(workspace: &Workspace, config: &StreamConfig) -> Result<(sluice_core::Checkpoint, Decoder)> {
     let checkpoint = workspace.checkpoint(&config.name).await?.unwrap_or_default();
     let mut schemas = HashMap::new();
     for table in workspace.tables_matching(&config.table).await? {

@@ -19,6 +19,7 @@ mod mirror;
 mod postgres_cdc;
 mod postgres_tls;
 mod push;
+mod replay;
 mod reverse_etl;
 mod reverse_etl_files;
 mod reverse_etl_http;

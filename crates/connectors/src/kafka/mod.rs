@@ -6,4 +6,4 @@ mod consumer;
 mod source;
 
 pub use config::{KafkaConfig, SaslConfig, SaslMechanism, StartFrom, TlsConfig};
-pub use source::KafkaSource;
+pub use source::{KafkaSource, rewind_group};

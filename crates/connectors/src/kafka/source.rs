@@ -142,3 +142,33 @@ impl Drop for KafkaSource {
         self.stop();
     }
 }
+
+/// Move the consumer group of a stopped stream back to `offsets` (a replay): a member joining
+/// later starts from the larger of the group's offset and the stored one, so both must move.
+pub async fn rewind_group(
+    config: &super::KafkaConfig,
+    stream: &str,
+    offsets: &std::collections::BTreeMap<String, std::collections::BTreeMap<i32, i64>>,
+) -> Result<()> {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    let client = config.client_config(stream);
+    let offsets = offsets.clone();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = client
+            .create()
+            .map_err(|e| Error::new(ErrorKind::Connect, "cannot create a Kafka client").with_source(e))?;
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for (topic, partitions) in &offsets {
+            for (partition, offset) in partitions {
+                tpl.add_partition_offset(topic, *partition, rdkafka::Offset::Offset(*offset)).map_err(|e| {
+                    Error::new(ErrorKind::Config, format!("offsets.{topic}.{partition}")).with_source(e)
+                })?;
+            }
+        }
+        consumer
+            .commit(&tpl, CommitMode::Sync)
+            .map_err(|e| Error::new(ErrorKind::Connect, "could not move the consumer group's offsets").with_source(e))
+    })
+    .await
+    .map_err(|e| Error::new(ErrorKind::Fatal, "rewind task failed").with_source(e))?
+}

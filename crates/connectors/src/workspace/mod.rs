@@ -5,6 +5,7 @@ mod access;
 mod control;
 mod mirror;
 mod query;
+mod replay;
 mod secrets;
 mod sink;
 mod state;
@@ -18,6 +19,7 @@ use duckdb::{AccessMode, Config, Connection};
 use sluice_core::{Error, ErrorKind, Result};
 
 pub use query::{QueryError, QueryErrorKind, QueryLimits, QueryResult, check_read_only, query_connection};
+pub use replay::{LedgerEvent, ReplayRequest};
 pub use secrets::keyed_hash;
 pub use state::StoredStream;
 pub use sync_plan::Plan;
@@ -41,6 +43,7 @@ CREATE TABLE IF NOT EXISTS sluice.rejects (
     stream VARCHAR NOT NULL, "table" VARCHAR NOT NULL, "column" VARCHAR, expected_type VARCHAR,
     value VARCHAR, position BIGINT, reason VARCHAR NOT NULL, source JSON,
     received_at TIMESTAMPTZ, recorded_at TIMESTAMPTZ NOT NULL);
+ALTER TABLE sluice.rejects ADD COLUMN IF NOT EXISTS replayed_at TIMESTAMPTZ;
 CREATE TABLE IF NOT EXISTS sluice.push_keys (
     stream VARCHAR NOT NULL, key VARCHAR NOT NULL, answer VARCHAR NOT NULL, stored_at TIMESTAMPTZ NOT NULL);
 "#;

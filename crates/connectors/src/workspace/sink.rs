@@ -176,9 +176,12 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layou
         appender.flush().map_err(db_error)?;
     }
     if !unit.rejects.is_empty() {
-        let mut appender = conn.appender_to_db("rejects", super::SCHEMA).map_err(db_error)?;
         let now = chrono::Utc::now().timestamp_micros();
-        appender.append_record_batch(unit.rejects.to_ledger(&unit.stream, now)).map_err(db_error)?;
+        let batch = unit.rejects.to_ledger(&unit.stream, now);
+        let schema = batch.schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        let mut appender = conn.appender_with_columns_to_db("rejects", super::SCHEMA, &names).map_err(db_error)?;
+        appender.append_record_batch(batch).map_err(db_error)?;
         appender.flush().map_err(db_error)?;
     }
     if !unit.idempotency.is_empty() {
@@ -191,6 +194,15 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layou
             appender.append_row(duckdb::params![unit.stream, k.key, k.answer, now.clone()]).map_err(db_error)?;
         }
         appender.flush().map_err(db_error)?;
+    }
+    for positions in unit.replayed.chunks(1000) {
+        let list: Vec<String> = positions.iter().map(i64::to_string).collect();
+        let sql = format!(
+            "UPDATE sluice.rejects SET replayed_at = now() WHERE stream = ? AND \"column\" IS NULL \
+             AND replayed_at IS NULL AND position IN ({})",
+            list.join(",")
+        );
+        conn.execute(&sql, duckdb::params![unit.stream]).map_err(db_error)?;
     }
     super::state::save_checkpoint(conn, &unit.stream, &unit.checkpoint)
 }

@@ -47,6 +47,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/streams/{id}", get(streams::get).patch(streams::patch).delete(streams::delete))
         .route("/api/streams/{id}/metrics", get(metrics::stream))
         .route("/api/streams/{id}/resnapshot", post(streams::resnapshot))
+        .route("/api/streams/{id}/replay", post(streams::replay))
         .route("/api/sources/test", post(streams::test))
         .route("/api/syncs", get(syncs::list).post(syncs::create))
         .route("/api/syncs/{id}", get(syncs::get).put(syncs::replace).delete(syncs::delete))

@@ -167,6 +167,26 @@ pub async fn test(body: Result<Json<Value>, JsonRejection>) -> Result<Json<Value
     Ok(Json(json!({ "ok": ok, "checks": checks })))
 }
 
+/// `POST /api/streams/:id/replay`: `{"from": "offsets" | "timestamp" | "ledger", ...}`.
+pub async fn replay(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let request: sluice_connectors::workspace::ReplayRequest = serde_json::from_value(body?.0)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid replay: {e}")))?;
+    request.validate().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid replay: {e}")))?;
+    let _changing = state.supervisor.lock_changes().await;
+    match crate::replay::replay(&state.supervisor, &id, request).await {
+        Ok(Some(answer)) => Ok(Json(answer)),
+        Ok(None) => Err(ApiError::no_stream(&id)),
+        Err(e) if e.kind() == sluice_core::ErrorKind::Config => {
+            Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// `POST /api/streams/:id/resnapshot`: start the stream over from its source.
 pub async fn resnapshot(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let _changing = state.supervisor.lock_changes().await;
