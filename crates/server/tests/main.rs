@@ -13,6 +13,7 @@ mod crash;
 mod debezium_real;
 mod kafka;
 mod kafka_faults;
+mod kafka_hardening;
 mod kinesis;
 mod mirror;
 mod postgres_cdc;

@@ -4,6 +4,7 @@
 mod config;
 mod consumer;
 mod source;
+mod throttle;
 
 pub use config::{KafkaConfig, SaslConfig, SaslMechanism, StartFrom, TlsConfig};
 pub use source::KafkaSource;

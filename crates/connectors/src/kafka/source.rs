@@ -45,7 +45,7 @@ impl KafkaSource {
             stopping: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel(64);
-        let context = Context::new(shared.clone(), tx, config.start, metrics);
+        let context = Context::new(stream, shared.clone(), tx, config.start, metrics);
         let consumer: BaseConsumer<Context> = config
             .client_config(stream)
             .create_with_context(context)
