@@ -33,7 +33,9 @@ async fn an_unreachable_broker_logs_a_bounded_number_of_lines() {
     wait_until("the stream to report the unreachable broker", Duration::from_secs(30), || async {
         let (_, m) = server.get("/api/streams/down/metrics").await;
         m["state"] == json!("reconnecting")
-            && m["last_error"].as_str().is_some_and(|e| e.contains("brokers are down") && e.contains("Connection refused"))
+            && m["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("brokers are down") && e.contains("Connection refused"))
     })
     .await;
     // Ten seconds of failing to connect (librdkafka retries every 100 ms to 10 s): the scenario

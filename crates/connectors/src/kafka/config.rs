@@ -35,6 +35,18 @@ pub struct KafkaConfig {
     /// Extra librdkafka properties, passed through (for example `session.timeout.ms`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub properties: BTreeMap<String, String>,
+    /// How long a partition of the subscribed topics that this member does not hold may go
+    /// unread by the whole group before the member leaves the group and joins again; 0 never.
+    #[serde(default = "default_rejoin_idle_ms", skip_serializing_if = "is_default_rejoin_idle_ms")]
+    pub rejoin_idle_ms: u64,
+}
+
+fn default_rejoin_idle_ms() -> u64 {
+    20_000
+}
+
+fn is_default_rejoin_idle_ms(ms: &u64) -> bool {
+    *ms == default_rejoin_idle_ms()
 }
 
 /// Where a stream starts when it has no stored position.
@@ -138,6 +150,9 @@ impl KafkaConfig {
             && tls.cert_file.is_some() != tls.key_file.is_some()
         {
             return Err(Error::config("source.tls", "cert_file and key_file go together"));
+        }
+        if self.rejoin_idle_ms != 0 && !(1_000..=3_600_000).contains(&self.rejoin_idle_ms) {
+            return Err(Error::config("source.rejoin_idle_ms", "0 (never), or between 1000 and 3600000"));
         }
         for key in self.properties.keys() {
             if let Some((_, instead)) = MANAGED.iter().find(|(k, _)| k == key) {

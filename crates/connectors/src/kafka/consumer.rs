@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::StartFrom;
 use super::throttle::{self, Throttle};
+use super::watchdog::Watchdog;
 
 /// Next offset to read, per topic and partition.
 pub(crate) type Offsets = BTreeMap<String, BTreeMap<i32, i64>>;
@@ -385,7 +386,12 @@ pub(crate) fn tpl_of(offsets: &Offsets) -> TopicPartitionList {
 }
 
 /// The thread's loop: poll, batch, run commands, measure lag, until the source is dropped.
-pub(crate) fn run(consumer: &BaseConsumer<Context>, commands: std::sync::mpsc::Receiver<Command>) {
+pub(crate) fn run(
+    consumer: &BaseConsumer<Context>,
+    commands: std::sync::mpsc::Receiver<Command>,
+    mut watchdog: Watchdog,
+    topics: &[String],
+) {
     let ctx = consumer.context().clone();
     let mut last_lag = Instant::now();
     let mut healthy = false;
@@ -424,6 +430,10 @@ pub(crate) fn run(consumer: &BaseConsumer<Context>, commands: std::sync::mpsc::R
         if last_lag.elapsed() >= Duration::from_secs(1) {
             ctx.measure_lag(consumer);
             last_lag = Instant::now();
+            if let Some(reason) = watchdog.check(consumer) {
+                rejoin(consumer, &ctx, topics, &reason);
+                healthy = false;
+            }
         }
     }
     ctx.shared.stopping.store(true, Ordering::Release);
@@ -435,6 +445,17 @@ pub(crate) fn run(consumer: &BaseConsumer<Context>, commands: std::sync::mpsc::R
         let _ = consumer.poll(Duration::from_millis(50));
     }
     let _ = consumer.poll(Duration::from_millis(100));
+}
+
+/// Leave the group and join it again, with a new member id.
+fn rejoin(consumer: &BaseConsumer<Context>, ctx: &Context, topics: &[String], reason: &str) {
+    tracing::warn!(stream = %ctx.stream, reason, "Partitions go unread by the consumer group; rejoining it.");
+    ctx.metrics.set_state("rejoining", Some(reason.to_string()));
+    consumer.unsubscribe();
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    if let Err(e) = consumer.subscribe(&names) {
+        ctx.report(&e, "subscribing again", false);
+    }
 }
 
 /// Drop what was read but not written, and seek back to the durable offsets.
