@@ -48,10 +48,8 @@ impl KafkaSource {
         });
         let (tx, rx) = mpsc::channel(64);
         let context = Context::new(stream, shared.clone(), tx, config.start, metrics);
-        let consumer: BaseConsumer<Context> = config
-            .client_config(stream)
-            .create_with_context(context)
-            .map_err(|e| Error::new(ErrorKind::Config, "cannot create the Kafka consumer").with_source(e))?;
+        let consumer: BaseConsumer<Context> =
+            config.client_config(stream).create_with_context(context).map_err(super::config::client_config_error)?;
         let topics: Vec<String> = match &config.topic_regex {
             Some(r) if r.starts_with('^') => vec![r.clone()],
             Some(r) => vec![format!("^{r}")],
