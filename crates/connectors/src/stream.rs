@@ -6,11 +6,11 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sluice_core::{
     ChangeConfig, FlushConfig, Format, MetadataConfig, Mode, Position, Result, Secret, Source, StreamMetrics,
-    error::Error,
+    error::Error, secret::REDACTED,
 };
 
 use crate::http_push::{self, HttpPushConfig, PushHandle};
-use crate::kafka::{KafkaConfig, KafkaSource};
+use crate::kafka::{KafkaConfig, KafkaSource, is_secret_property};
 use crate::kinesis::{KinesisConfig, KinesisSource};
 use crate::postgres::{Check, PostgresConfig, PostgresSource};
 
@@ -101,6 +101,11 @@ impl StreamConfig {
         match &self.source {
             SourceConfig::Kafka(kafka) => {
                 keep("source.sasl.password", kafka.sasl.as_ref().and_then(|s| s.password.as_ref()));
+                for (name, value) in &kafka.properties {
+                    if is_secret_property(name) && value != REDACTED {
+                        out.insert(format!("source.properties.{name}"), value.clone());
+                    }
+                }
             }
             SourceConfig::Kinesis(kinesis) => {
                 let credentials = kinesis.credentials.as_ref();
@@ -127,6 +132,14 @@ impl StreamConfig {
             SourceConfig::Kafka(kafka) => {
                 if let Some(sasl) = kafka.sasl.as_mut() {
                     restore(&mut sasl.password, "source.sasl.password");
+                }
+                // A secret property shows as `***`; sent back so, it keeps the stored value.
+                for (name, value) in kafka.properties.iter_mut() {
+                    if value == REDACTED
+                        && let Some(s) = secrets.get(&format!("source.properties.{name}"))
+                    {
+                        value.clone_from(s);
+                    }
                 }
             }
             SourceConfig::Kinesis(kinesis) => {

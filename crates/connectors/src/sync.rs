@@ -8,10 +8,11 @@ use chrono::{DateTime, Utc};
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
 use serde::{Deserialize, Serialize};
+use sluice_core::secret::REDACTED;
 use sluice_core::{Destination, Error, Result, Secret, SyncMode};
 
 use crate::files::{FilesConfig, FilesTarget};
-use crate::http_api::{HttpApiConfig, HttpApiTarget};
+use crate::http_api::{HttpApiConfig, HttpApiTarget, restore_url_password, url_password};
 use crate::mysql::{MysqlTableConfig, MysqlTarget};
 use crate::postgres::{PostgresTableConfig, PostgresTarget};
 use crate::sqlite::{SqliteTableConfig, SqliteTarget};
@@ -138,6 +139,14 @@ impl SyncConfig {
                 for (name, value) in &c.headers {
                     keep(format!("destination.headers.{name}"), Some(value));
                 }
+                for (path, url) in [
+                    ("destination.url.password", Some(&c.url)),
+                    ("destination.deletes.url.password", c.deletes.url.as_ref()),
+                ] {
+                    if let Some(password) = url.and_then(|u| url_password(u)).filter(|p| p != REDACTED) {
+                        out.insert(path.to_string(), password);
+                    }
+                }
             }
         }
         out
@@ -166,6 +175,14 @@ impl SyncConfig {
                     if let Some(name) = path.strip_prefix("destination.headers.") {
                         c.headers.entry(name.to_string()).or_insert_with(|| Secret::new(value.clone()));
                     }
+                }
+                // A URL password shows as `***`; sent back so, it keeps the stored one.
+                if let Some(p) = secrets.get("destination.url.password") {
+                    restore_url_password(&mut c.url, p);
+                }
+                if let (Some(url), Some(p)) = (c.deletes.url.as_mut(), secrets.get("destination.deletes.url.password"))
+                {
+                    restore_url_password(url, p);
                 }
             }
         }

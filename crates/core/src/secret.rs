@@ -4,6 +4,10 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer};
 
+/// What the API shows in place of a secret that sits inside an otherwise visible value (a
+/// librdkafka property, the password of a URL). Sent back unchanged, it keeps the stored secret.
+pub const REDACTED: &str = "***";
+
 /// A secret string. It implements `Deserialize` but not `Serialize`, so a config that holds one
 /// cannot be written out by accident; `Debug` and `Display` print a placeholder.
 #[derive(Clone, PartialEq, Eq)]

@@ -213,3 +213,17 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+
+/// Panics when `secret` is in clear in a workspace file of `data` (the DuckDB file, its WAL,
+/// `secrets.json`) or in `log`.
+pub fn assert_not_on_disk(data: &Path, log: Option<&Path>, secret: &str) {
+    let files = ["workspace.duckdb", "workspace.duckdb.wal", "secrets.json"].map(|f| data.join(f));
+    for file in files.iter().map(PathBuf::as_path).chain(log) {
+        let Ok(bytes) = std::fs::read(file) else { continue };
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{} holds the secret in clear",
+            file.display()
+        );
+    }
+}

@@ -2,8 +2,12 @@
 //! and a broker outage. Every test ends by checking each produced message is stored once.
 
 use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use rdkafka::Message;
+use rdkafka::consumer::Consumer;
 use serde_json::json;
 
 use crate::broker::{Broker, produce_bare};
@@ -147,4 +151,107 @@ async fn broker_down_for_20_seconds_loses_nothing() {
         server.get("/api/streams/o/metrics").await.1["state"] == json!("running")
     })
     .await;
+}
+
+/// A member that holds the group's only partition and stops committing (`zombie`), or reads and
+/// commits (`!zombie`): the test's own rdkafka consumer, whose client id sorts first so the range
+/// assignor always gives it the partition. Stops and leaves the group when `stop` is set.
+fn other_member(
+    broker: &Broker,
+    group: &str,
+    zombie: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    let consumer: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", group)
+        .set("client.id", "a-other-member")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "500")
+        .set("max.poll.interval.ms", "10000")
+        .create()
+        .unwrap();
+    consumer.subscribe(&["idle"]).unwrap();
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Acquire) {
+            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50))
+                && !zombie.load(Ordering::Acquire)
+            {
+                let mut tpl = rdkafka::TopicPartitionList::new();
+                tpl.add_partition_offset(m.topic(), m.partition(), rdkafka::Offset::Offset(m.offset() + 1)).unwrap();
+                let _ = consumer.commit(&tpl, rdkafka::consumer::CommitMode::Sync);
+            }
+        }
+        consumer.unsubscribe();
+        let until = std::time::Instant::now() + Duration::from_secs(3);
+        while std::time::Instant::now() < until {
+            let _ = consumer.poll(Duration::from_millis(50));
+        }
+    })
+}
+
+/// The rejoin watchdog: a stream that holds no partitions rejoins only while the group leaves a
+/// partition unread (tansu 0.6.0 can leave a member idle like that after a kill -9; here another
+/// member holds the partition and stops committing), says so in its state, and reads the
+/// partition once it gets it.
+#[tokio::test]
+async fn an_idle_member_rejoins_only_while_a_partition_goes_unread() {
+    let broker = Broker::start();
+    broker.create_topic("idle", 1);
+    let (zombie, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let other = other_member(&broker, "g-idle", zombie.clone(), stop.clone());
+    let dir = DataDir::new("kafka-idle");
+    let server = Server::start(&dir.0).await;
+    let mut stream = kafka_stream("s", "t", &broker, json!(["idle"]));
+    stream["source"]["group"] = json!("g-idle");
+    stream["source"]["rejoin_idle_ms"] = json!(3000);
+    server.create_stream(stream).await;
+    let producer = broker.producer(&[]);
+    let produced = Arc::new(AtomicUsize::new(0));
+    let producing = {
+        let (produced, stop) = (produced.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Acquire) {
+                let n = produced.load(Ordering::Acquire);
+                produce_bare(&producer, "idle", &[format!("{{\"id\": {n}}}")]).await;
+                produced.store(n + 1, Ordering::Release);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let state = || async { server.get("/api/streams/s/metrics").await.1 };
+
+    // The other member reads and commits: holding nothing is normal, over three windows.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < until {
+        let m = state().await;
+        assert_ne!(m["state"], "rejoining", "rejoined while the other member reads: {m}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(rows(&server, "t").await, 0, "the other member holds the partition");
+
+    // It stops committing: the partition goes unread, and the stream says so and rejoins.
+    zombie.store(true, Ordering::Release);
+    wait_until("the stream to report it is rejoining", Duration::from_secs(60), || async {
+        let m = state().await;
+        m["state"] == "rejoining" && m["last_error"].as_str().is_some_and(|e| e.contains("idle/0"))
+    })
+    .await;
+
+    // Once the other member leaves, the stream gets the partition and reads from the group's
+    // committed offset to the end.
+    stop.store(true, Ordering::Release);
+    producing.await.unwrap();
+    other.join().unwrap();
+    let total = produced.load(Ordering::Acquire) as i64;
+    wait_until("the stream to read the rest", Duration::from_secs(60), || async {
+        ids(&server, "t").await.contains(&(total - 1))
+    })
+    .await;
+    let stored = ids(&server, "t").await;
+    let first = *stored.iter().min().unwrap();
+    assert_eq!(stored.len() as i64, total - first, "every message from the committed offset on, once");
+    wait_until("the stream to run", Duration::from_secs(30), || async { state().await["state"] == "running" }).await;
 }

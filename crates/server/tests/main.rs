@@ -14,6 +14,7 @@ mod debezium_real;
 mod hardening;
 mod kafka;
 mod kafka_faults;
+mod kafka_hardening;
 mod kinesis;
 mod mirror;
 mod postgres_cdc;

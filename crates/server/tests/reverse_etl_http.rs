@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::{DataDir, Server, wait_until};
+use crate::harness::{DataDir, Server, assert_not_on_disk, wait_until};
 use crate::http_target::HttpTarget;
 use crate::reverse_etl::{QUERY, first_events, push, second_events, source};
 
@@ -153,4 +153,73 @@ async fn kill9_during_a_run_resends_it() {
     let run = server.run_sync("api").await;
     assert_eq!(run["inserted"].as_i64(), Some(3), "the interrupted run's rows are sent again: {run}");
     assert_eq!(ids(&target.accepted()), BTreeSet::from([1, 2, 3]));
+}
+
+const URL_PASSWORD: &str = "pw-Lk93-secret";
+
+/// Basic authentication as reqwest sends it for `user:password@` in a URL.
+fn basic(user: &str, password: &str) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = format!("{user}:{password}").into_bytes();
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() { ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
+        }
+    }
+    format!("Basic {out}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_password_in_the_url_is_a_secret() {
+    let dir = DataDir::new("retl-http-url");
+    let (data, log) = (dir.0.join("data"), dir.0.join("server.log"));
+    let server = Server::start_logged(&data, &log).await;
+    let key = source(&server).await;
+    push(&server, &key, first_events(), 3).await;
+    let target = HttpTarget::start().await;
+    let with_password = |path: &str| target.url(path).replacen("http://", &format!("http://etl:{URL_PASSWORD}@"), 1);
+    let sync = json!({
+        "name": "api", "query": QUERY, "mode": "upsert", "keys": ["id"],
+        "destination": {"kind": "http", "url": with_password("/rows"), "max_retries": 1, "backoff_ms": 50,
+                        "deletes": {"url": with_password("/deletes")}}
+    });
+    let (status, body) = server.create_sync(sync).await;
+    assert_eq!(status, 201, "{body}");
+    let (_, got) = server.get("/api/syncs/api").await;
+    let shown = got["config"]["destination"]["url"].as_str().unwrap().to_string();
+    assert_eq!(shown, with_password("/rows").replace(URL_PASSWORD, "***"), "{got}");
+    assert_eq!(got["config"]["destination"]["deletes"]["url"], with_password("/deletes").replace(URL_PASSWORD, "***"));
+
+    // A retried batch (a warning naming the URL), then a failed run (an error naming it).
+    target.answer_next(500, None);
+    let run = server.run_sync("api").await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert!(target.accepted().iter().all(|r| r.header("authorization") == basic("etl", URL_PASSWORD)));
+    push(&server, &key, second_events(), 6).await;
+    target.fail_after(0, Some(503));
+    let run = server.run_sync("api").await;
+    assert_eq!(run["status"], "failed", "{run}");
+    assert!(run["error"].as_str().unwrap().contains("etl:***@"), "{run}");
+    target.fail_after(0, None);
+
+    // Sent back as shown (PUT with `***`), the stored password is kept.
+    let r = server.http.put(server.url("/api/syncs/api")).json(&got["config"]).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    for path in ["/api/syncs", "/api/syncs/api", "/api/syncs/api/runs"] {
+        let (_, body) = server.get(path).await;
+        assert!(!body.to_string().contains(URL_PASSWORD), "{path}: {body}");
+    }
+    assert_not_on_disk(&data, Some(&log), URL_PASSWORD);
+    server.stop();
+    assert_not_on_disk(&data, Some(&log), URL_PASSWORD);
+
+    // After a restart the password comes back from secrets.json and is sent again.
+    let server = Server::start(&data).await;
+    target.clear();
+    let run = server.run_sync("api").await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let got = target.received();
+    assert!(!got.is_empty() && got.iter().all(|r| r.header("authorization") == basic("etl", URL_PASSWORD)));
 }

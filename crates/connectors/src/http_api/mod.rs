@@ -2,4 +2,6 @@
 
 mod target;
 
-pub use target::{DeleteForm, HttpApiConfig, HttpApiTarget, HttpMethod};
+pub use target::{
+    DeleteForm, HttpApiConfig, HttpApiTarget, HttpMethod, redact_url, restore_url_password, url_password,
+};

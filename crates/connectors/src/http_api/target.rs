@@ -12,8 +12,9 @@ use std::time::Duration;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use reqwest::StatusCode;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use sha2::{Digest, Sha256};
+use sluice_core::secret::REDACTED;
 use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Secret};
 
 /// The HTTP method for rows.
@@ -47,8 +48,8 @@ impl HttpMethod {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteForm {
-    /// Where deletes go; the rows' URL by default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Where deletes go; the rows' URL by default. A password in it is a secret, as in `url`.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "redacted_opt")]
     pub url: Option<String>,
     /// The method for deletes.
     #[serde(default)]
@@ -69,10 +70,12 @@ fn default_flag() -> String {
 }
 
 /// An HTTP API destination.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpApiConfig {
-    /// Where rows are sent.
+    /// Where rows are sent. A password in it (`https://user:pw@host/…`) is a secret: serialized
+    /// as `***`, kept apart like the headers, and left out of logs and errors.
+    #[serde(serialize_with = "redacted")]
     pub url: String,
     /// The method for rows.
     #[serde(default)]
@@ -95,6 +98,57 @@ pub struct HttpApiConfig {
     /// How deletes are sent (mirror).
     #[serde(default)]
     pub deletes: DeleteForm,
+}
+
+/// Printed as serialized: without secrets.
+impl std::fmt::Debug for HttpApiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HttpApiConfig({})", serde_json::to_string(self).unwrap_or_default())
+    }
+}
+
+/// `url` with its password (if any) shown as `***`, for the API, the stored config and logs.
+/// The rest of the URL is kept as written.
+pub fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => match u.password() {
+            Some(p) if url.contains(&format!(":{p}@")) => url.replacen(&format!(":{p}@"), &format!(":{REDACTED}@"), 1),
+            Some(_) => {
+                let _ = u.set_password(Some(REDACTED));
+                u.to_string()
+            }
+            None => url.to_string(),
+        },
+        // Not a URL (validation says so): whatever sits between `//` and `@` may be credentials.
+        Err(_) => match (url.find("://"), url.rfind('@')) {
+            (Some(start), Some(at)) if at > start => format!("{}{REDACTED}{}", &url[..start + 3], &url[at..]),
+            _ => url.to_string(),
+        },
+    }
+}
+
+/// The password of `url`, as written in it (percent-encoded).
+pub fn url_password(url: &str) -> Option<String> {
+    reqwest::Url::parse(url).ok()?.password().map(str::to_string)
+}
+
+/// `url` with the password `***` replaced by `password`; other URLs unchanged.
+pub fn restore_url_password(url: &mut String, password: &str) {
+    let placeholder = format!(":{REDACTED}@");
+    if reqwest::Url::parse(url).is_ok_and(|u| u.password() == Some(REDACTED)) && url.contains(&placeholder) {
+        *url = url.replacen(&placeholder, &format!(":{password}@"), 1);
+    }
+}
+
+fn redacted<S: Serializer>(url: &str, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&redact_url(url))
+}
+
+fn redacted_opt<S: Serializer>(url: &Option<String>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    match url {
+        Some(url) => s.serialize_some(&redact_url(url)),
+        None => s.serialize_none(),
+    }
 }
 
 fn default_batch() -> usize {
@@ -123,6 +177,12 @@ impl HttpApiConfig {
                 let parsed = reqwest::Url::parse(url).map_err(|e| Error::config(field, e))?;
                 if !matches!(parsed.scheme(), "http" | "https") {
                     return Err(Error::config(field, "must be an http:// or https:// URL"));
+                }
+                if parsed.password() == Some(REDACTED) {
+                    return Err(Error::config(
+                        field,
+                        format!("the password '{REDACTED}' stands for a stored one and none is stored; give it"),
+                    ));
                 }
             }
         }
@@ -189,20 +249,24 @@ impl HttpApiTarget {
                     let retry = status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error();
                     (retry, after, format!("answered {status}: {text}"))
                 }
-                Err(e) => (e.is_connect() || e.is_timeout() || e.is_request(), None, format!("failed: {e}")),
+                // The error's own text would name the URL, password included.
+                Err(e) => {
+                    (e.is_connect() || e.is_timeout() || e.is_request(), None, format!("failed: {}", e.without_url()))
+                }
             };
+            let shown = redact_url(url);
             if !retry || attempt >= self.config.max_retries {
                 let tries = if retry { format!(" after {attempt} retries") } else { String::new() };
                 return Err(Error::new(
                     ErrorKind::Fatal,
-                    format!("HTTP API: batch {batch_no} to {url} {problem}{tries}"),
+                    format!("HTTP API: batch {batch_no} to {shown} {problem}{tries}"),
                 ));
             }
             let backoff = Duration::from_millis(self.config.backoff_ms.saturating_mul(1 << attempt.min(16)))
                 .min(Duration::from_secs(30));
             let wait = wait.map_or(backoff, |w| w.max(backoff).min(Duration::from_secs(300)));
             tracing::warn!(
-                url,
+                url = %shown,
                 batch = batch_no,
                 attempt,
                 wait_ms = wait.as_millis() as u64,
@@ -288,5 +352,28 @@ impl Destination for HttpApiTarget {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_password_is_redacted_and_restored_as_written() {
+        let url = "https://etl:p%40ss-w0rd@api.example.com:8443/v1/rows?x=1";
+        let shown = redact_url(url);
+        assert_eq!(shown, "https://etl:***@api.example.com:8443/v1/rows?x=1");
+        assert_eq!(url_password(url).as_deref(), Some("p%40ss-w0rd"));
+        let mut back = shown.clone();
+        restore_url_password(&mut back, "p%40ss-w0rd");
+        assert_eq!(back, url);
+        // No password, or a URL that does not parse: nothing to hide, or everything before `@`.
+        assert_eq!(redact_url("http://etl@h/x"), "http://etl@h/x");
+        assert_eq!(redact_url("http://a:b@[::1/x"), "http://***@[::1/x");
+        // A real password is not a placeholder.
+        let mut other = url.to_string();
+        restore_url_password(&mut other, "zzz");
+        assert_eq!(other, url);
     }
 }

@@ -4,11 +4,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use rdkafka::ClientConfig;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
+use sluice_core::secret::REDACTED;
 use sluice_core::{Error, Result, Secret};
 
 /// A Kafka source.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     /// Bootstrap brokers, `host:port`.
@@ -32,9 +33,56 @@ pub struct KafkaConfig {
     /// SASL authentication.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sasl: Option<SaslConfig>,
-    /// Extra librdkafka properties, passed through (for example `session.timeout.ms`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// Extra librdkafka properties, passed through (for example `session.timeout.ms`). The
+    /// values of secret ones ([`is_secret_property`]) are serialized as `***` and kept apart
+    /// like the other secrets.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", serialize_with = "redacted")]
     pub properties: BTreeMap<String, String>,
+    /// How long a partition of the subscribed topics that this member does not hold may go
+    /// unread by the whole group before the member leaves the group and joins again; 0 never.
+    #[serde(default = "default_rejoin_idle_ms", skip_serializing_if = "is_default_rejoin_idle_ms")]
+    pub rejoin_idle_ms: u64,
+}
+
+/// Whether a librdkafka property holds a secret: a password or passphrase, a secret, a private
+/// key, or the OAUTHBEARER config string (which can carry credentials).
+pub fn is_secret_property(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    ["password", "secret", "passphrase", "private"].iter().any(|w| n.contains(w))
+        || ["ssl.key.pem", "ssl_key", "sasl.oauthbearer.config"].contains(&n.as_str())
+}
+
+/// librdkafka's refusal of a client config, without the value when the property is a secret
+/// (its own message quotes the value).
+pub(crate) fn client_config_error(error: rdkafka::error::KafkaError) -> Error {
+    use rdkafka::error::KafkaError;
+    let message = match &error {
+        KafkaError::ClientConfig(_, desc, key, value) if is_secret_property(key) || key == "sasl.password" => {
+            let desc = if value.is_empty() { desc.clone() } else { desc.replace(value.as_str(), REDACTED) };
+            format!("cannot create the Kafka consumer: {desc} (property {key})")
+        }
+        _ => return Error::new(sluice_core::ErrorKind::Config, "cannot create the Kafka consumer").with_source(error),
+    };
+    Error::new(sluice_core::ErrorKind::Config, message)
+}
+
+fn redacted<S: Serializer>(properties: &BTreeMap<String, String>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.collect_map(properties.iter().map(|(k, v)| (k, if is_secret_property(k) { REDACTED } else { v.as_str() })))
+}
+
+/// Printed as serialized: without secrets.
+impl std::fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KafkaConfig({})", serde_json::to_string(self).unwrap_or_default())
+    }
+}
+
+fn default_rejoin_idle_ms() -> u64 {
+    20_000
+}
+
+fn is_default_rejoin_idle_ms(ms: &u64) -> bool {
+    *ms == default_rejoin_idle_ms()
 }
 
 /// Where a stream starts when it has no stored position.
@@ -139,9 +187,18 @@ impl KafkaConfig {
         {
             return Err(Error::config("source.tls", "cert_file and key_file go together"));
         }
-        for key in self.properties.keys() {
+        if self.rejoin_idle_ms != 0 && !(1_000..=3_600_000).contains(&self.rejoin_idle_ms) {
+            return Err(Error::config("source.rejoin_idle_ms", "0 (never), or between 1000 and 3600000"));
+        }
+        for (key, value) in &self.properties {
             if let Some((_, instead)) = MANAGED.iter().find(|(k, _)| k == key) {
                 return Err(Error::config(&format!("source.properties.{key}"), format!("set by Sluice; {instead}")));
+            }
+            if is_secret_property(key) && value == REDACTED {
+                return Err(Error::config(
+                    &format!("source.properties.{key}"),
+                    format!("'{REDACTED}' stands for a stored secret and none is stored; give the value"),
+                ));
             }
         }
         Ok(())

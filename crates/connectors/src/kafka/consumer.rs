@@ -17,6 +17,8 @@ use sluice_core::{Chunk, Lag, Payload, Position, Record, RecordMeta, StreamMetri
 use tokio::sync::{mpsc, oneshot};
 
 use super::StartFrom;
+use super::throttle::{self, Throttle};
+use super::watchdog::Watchdog;
 
 /// Next offset to read, per topic and partition.
 pub(crate) type Offsets = BTreeMap<String, BTreeMap<i32, i64>>;
@@ -74,13 +76,19 @@ pub(crate) struct Context {
     pub tx: mpsc::Sender<Tagged>,
     pub start: StartFrom,
     pub metrics: Arc<StreamMetrics>,
+    /// The stream's name, for log lines.
+    stream: String,
     buffer: Mutex<Buffer>,
-    /// The last specific client error, kept so "all brokers down" can say why.
-    cause: Mutex<Option<String>>,
+    /// The last specific client error (its code and text), kept so "all brokers down" can say
+    /// why.
+    cause: Mutex<Option<(Option<rdkafka::types::RDKafkaErrorCode>, String)>>,
+    /// Repeated warnings and errors are logged once a minute, with a count.
+    throttle: Throttle,
 }
 
 impl Context {
     pub(crate) fn new(
+        stream: &str,
         shared: Arc<Shared>,
         tx: mpsc::Sender<Tagged>,
         start: StartFrom,
@@ -88,7 +96,16 @@ impl Context {
     ) -> Self {
         let read = shared.durable.lock().map(|d| d.clone()).unwrap_or_default();
         let buffer = Mutex::new(Buffer { read, ..Buffer::default() });
-        Self { shared, tx, start, metrics, buffer, cause: Mutex::new(None) }
+        Self {
+            shared,
+            tx,
+            start,
+            metrics,
+            stream: stream.to_string(),
+            buffer,
+            cause: Mutex::new(None),
+            throttle: Throttle::new(throttle::WINDOW),
+        }
     }
 
     /// Send what is buffered as one chunk; returns its number. Returns `None` when the source
@@ -214,8 +231,9 @@ impl Context {
 
 impl Context {
     /// Show a client error as the stream's state, naming the likely fix where there is one. An
-    /// "all brokers down" that follows a specific error keeps that error visible.
-    fn report(&self, error: &rdkafka::error::KafkaError, reason: &str) {
+    /// "all brokers down" that follows a specific error keeps that error visible, and so does a
+    /// poll failing with the code the client has just reported (`polled`).
+    fn report(&self, error: &rdkafka::error::KafkaError, reason: &str, polled: bool) {
         use rdkafka::types::RDKafkaErrorCode;
         let code = error.rdkafka_error_code();
         let Ok(mut cause) = self.cause.lock() else { return };
@@ -223,34 +241,73 @@ impl Context {
             Some(RDKafkaErrorCode::Authentication) => {
                 format!("authentication failed, check source.sasl.username and source.sasl.password: {reason}")
             }
-            Some(RDKafkaErrorCode::AllBrokersDown) => match cause.as_deref() {
-                Some(why) => format!("all brokers are down; last error: {why}"),
+            Some(RDKafkaErrorCode::AllBrokersDown) => match cause.as_ref() {
+                Some((_, why)) => format!("all brokers are down; last error: {why}"),
                 None => format!("all brokers are down: {reason}"),
             },
-            _ => format!("{error}: {reason}"),
+            _ => match cause.as_ref() {
+                Some((c, why)) if polled && *c == code => why.clone(),
+                _ => format!("{error}: {reason}"),
+            },
         };
         if code != Some(RDKafkaErrorCode::AllBrokersDown) {
-            *cause = Some(text.clone());
+            *cause = Some((code, text.clone()));
         }
         drop(cause);
-        tracing::warn!(error = %text, "Kafka client error.");
-        self.metrics.set_state("reconnecting", Some(text));
+        self.metrics.set_state("reconnecting", Some(text.clone()));
+        self.warn(&text);
+    }
+
+    /// A warning, unless one like it was logged within the last minute.
+    pub(crate) fn warn(&self, text: &str) {
+        match self.throttle.admit(text) {
+            Some(0) => tracing::warn!(stream = %self.stream, error = %text, "Kafka client error."),
+            Some(n) => tracing::warn!(
+                stream = %self.stream, error = %text, left_out = n,
+                "Kafka client error ({n} similar lines left out in the last minute)."
+            ),
+            None => {}
+        }
+    }
+
+    /// Clear the remembered cause once the client works again.
+    pub(crate) fn recovered(&self) {
+        if let Ok(mut cause) = self.cause.lock() {
+            *cause = None;
+        }
     }
 }
 
 impl ClientContext for Context {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        self.report(&error, reason);
+        self.report(&error, reason, false);
     }
 
     /// librdkafka's own log lines, into `tracing` (set the `debug` property to get more).
+    /// Warnings and errors that repeat are logged once a minute, with a count.
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
         use rdkafka::config::RDKafkaLogLevel as L;
+        let loud = matches!(level, L::Emerg | L::Alert | L::Critical | L::Error | L::Warning);
+        let left_out = if loud {
+            match self.throttle.admit(message) {
+                Some(n) => n,
+                None => return,
+            }
+        } else {
+            0
+        };
+        let stream = self.stream.as_str();
         match level {
-            L::Emerg | L::Alert | L::Critical | L::Error => tracing::error!(facility, "{message}"),
-            L::Warning => tracing::warn!(facility, "{message}"),
-            L::Notice | L::Info => tracing::info!(facility, "{message}"),
-            L::Debug => tracing::debug!(facility, "{message}"),
+            L::Emerg | L::Alert | L::Critical | L::Error if left_out > 0 => {
+                tracing::error!(stream, facility, left_out, "{message} ({left_out} similar lines left out)")
+            }
+            L::Emerg | L::Alert | L::Critical | L::Error => tracing::error!(stream, facility, "{message}"),
+            L::Warning if left_out > 0 => {
+                tracing::warn!(stream, facility, left_out, "{message} ({left_out} similar lines left out)")
+            }
+            L::Warning => tracing::warn!(stream, facility, "{message}"),
+            L::Notice | L::Info => tracing::info!(stream, facility, "{message}"),
+            L::Debug => tracing::debug!(stream, facility, "{message}"),
         }
     }
 }
@@ -330,7 +387,12 @@ pub(crate) fn tpl_of(offsets: &Offsets) -> TopicPartitionList {
 }
 
 /// The thread's loop: poll, batch, run commands, measure lag, until the source is dropped.
-pub(crate) fn run(consumer: &BaseConsumer<Context>, commands: std::sync::mpsc::Receiver<Command>) {
+pub(crate) fn run(
+    consumer: &BaseConsumer<Context>,
+    commands: std::sync::mpsc::Receiver<Command>,
+    mut watchdog: Watchdog,
+    topics: &[String],
+) {
     let ctx = consumer.context().clone();
     let mut last_lag = Instant::now();
     let mut healthy = false;
@@ -351,15 +413,13 @@ pub(crate) fn run(consumer: &BaseConsumer<Context>, commands: std::sync::mpsc::R
                 if !healthy {
                     ctx.metrics.set_state("running", None);
                     healthy = true;
-                    if let Ok(mut cause) = ctx.cause.lock() {
-                        *cause = None;
-                    }
+                    ctx.recovered();
                 }
                 ctx.push(&message);
             }
             Some(Err(e)) => {
                 healthy = false;
-                ctx.report(&e, "while reading");
+                ctx.report(&e, "while reading", true);
             }
             None => {}
         }
@@ -371,6 +431,10 @@ pub(crate) fn run(consumer: &BaseConsumer<Context>, commands: std::sync::mpsc::R
         if last_lag.elapsed() >= Duration::from_secs(1) {
             ctx.measure_lag(consumer);
             last_lag = Instant::now();
+            if let Some(reason) = watchdog.check(consumer) {
+                rejoin(consumer, &ctx, topics, &reason);
+                healthy = false;
+            }
         }
     }
     ctx.shared.stopping.store(true, Ordering::Release);
@@ -382,6 +446,17 @@ pub(crate) fn run(consumer: &BaseConsumer<Context>, commands: std::sync::mpsc::R
         let _ = consumer.poll(Duration::from_millis(50));
     }
     let _ = consumer.poll(Duration::from_millis(100));
+}
+
+/// Leave the group and join it again, with a new member id.
+fn rejoin(consumer: &BaseConsumer<Context>, ctx: &Context, topics: &[String], reason: &str) {
+    tracing::warn!(stream = %ctx.stream, reason, "Partitions go unread by the consumer group; rejoining it.");
+    ctx.metrics.set_state("rejoining", Some(reason.to_string()));
+    consumer.unsubscribe();
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    if let Err(e) = consumer.subscribe(&names) {
+        ctx.report(&e, "subscribing again", false);
+    }
 }
 
 /// Drop what was read but not written, and seek back to the durable offsets.

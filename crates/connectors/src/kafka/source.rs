@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -11,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::KafkaConfig;
 use super::consumer::{self, Command, Context, Shared, Tagged, offsets_of, tpl_of};
+use super::watchdog::{Topics, Watchdog};
 
 /// Reads Kafka topics into the run loop.
 pub struct KafkaSource {
@@ -45,11 +47,9 @@ impl KafkaSource {
             stopping: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel(64);
-        let context = Context::new(shared.clone(), tx, config.start, metrics);
-        let consumer: BaseConsumer<Context> = config
-            .client_config(stream)
-            .create_with_context(context)
-            .map_err(|e| Error::new(ErrorKind::Config, "cannot create the Kafka consumer").with_source(e))?;
+        let context = Context::new(stream, shared.clone(), tx, config.start, metrics);
+        let consumer: BaseConsumer<Context> =
+            config.client_config(stream).create_with_context(context).map_err(super::config::client_config_error)?;
         let topics: Vec<String> = match &config.topic_regex {
             Some(r) if r.starts_with('^') => vec![r.clone()],
             Some(r) => vec![format!("^{r}")],
@@ -62,9 +62,16 @@ impl KafkaSource {
         let consumer = Arc::new(consumer);
         let (commands, inbox) = std::sync::mpsc::channel();
         let polled = consumer.clone();
+        let watched = match &config.topic_regex {
+            // librdkafka's regex syntax is close to the regex crate's; a pattern only it accepts
+            // leaves the watchdog without a way to tell which partitions are unread.
+            Some(_) => regex::Regex::new(&topics[0]).ok().map(Topics::Pattern),
+            None => Some(Topics::Names(topics.clone())),
+        };
+        let watchdog = Watchdog::new(Duration::from_millis(config.rejoin_idle_ms), watched);
         let thread = std::thread::Builder::new()
             .name(format!("kafka-{stream}"))
-            .spawn(move || consumer::run(&polled, inbox))
+            .spawn(move || consumer::run(&polled, inbox, watchdog, &topics))
             .map_err(|e| Error::new(ErrorKind::Fatal, "cannot start the Kafka thread").with_source(e))?;
         Ok(Self { rx, commands, shared, consumer, thread: Some(thread) })
     }

@@ -29,10 +29,17 @@ fn no_sync(name: &str) -> ApiError {
 }
 
 fn parse(body: Value) -> Result<SyncConfig, ApiError> {
-    let config: SyncConfig = serde_json::from_value(body)
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid sync: {e}")))?;
-    config.validate().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid sync: {e}")))?;
+    let config = parse_unchecked(body)?;
+    validate(&config)?;
     Ok(config)
+}
+
+fn parse_unchecked(body: Value) -> Result<SyncConfig, ApiError> {
+    serde_json::from_value(body).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid sync: {e}")))
+}
+
+fn validate(config: &SyncConfig) -> Result<(), ApiError> {
+    config.validate().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid sync: {e}")))
 }
 
 /// Save after the query and destination checks: a refused query is a 400, an unreachable or
@@ -86,12 +93,14 @@ pub async fn replace(
     if let Some(map) = body.as_object_mut() {
         map.entry("name").or_insert(Value::String(id.clone()));
     }
-    let mut config = parse(body)?;
+    let mut config = parse_unchecked(body)?;
     if config.name != id {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "name: cannot be changed; create a new sync"));
     }
     let existing = state.syncs.get(&id).await.ok_or_else(|| no_sync(&id))?;
+    // Checked once the secrets are back: a password shown as `***` stands for the stored one.
     config.restore_secrets(&existing.config.secrets());
+    validate(&config)?;
     save(&state, config).await?;
     let entry = state.syncs.get(&id).await.ok_or_else(|| no_sync(&id))?;
     Ok(Json(describe(&entry)))
