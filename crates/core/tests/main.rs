@@ -1,4 +1,6 @@
-//! Core tests: the decoder's golden cases and the run loop with in-memory peers.
+//! Core tests: the decoder's golden cases, the parsers under generated input, and the run loop
+//! with in-memory peers.
 
 mod decoder;
+mod fuzz;
 mod run_loop;
