@@ -4,6 +4,10 @@
 mod cdc;
 mod checks;
 mod config;
+/// The pure parsers of the replication stream, for the property tests and the fuzz targets
+/// (`fuzz/`, which include `fuzz.rs`, `pgoutput.rs` and `values.rs` by path). Not an API.
+#[doc(hidden)]
+pub mod fuzz;
 mod pgoutput;
 mod snapshot;
 mod stream;
@@ -15,32 +19,3 @@ pub use cdc::{PostgresSource, release};
 pub use checks::{Check, test_connection};
 pub use config::{PostgresConfig, SslMode};
 pub use target::{PostgresTableConfig, PostgresTarget};
-
-/// The pure parsers of the replication stream, for the property tests and the fuzz targets
-/// (`fuzz/`). Not an API.
-#[doc(hidden)]
-pub mod fuzz {
-    /// Decode one `pgoutput` message: its debug text, or why it is refused.
-    pub fn pgoutput(data: &[u8]) -> Result<String, String> {
-        super::pgoutput::decode(data).map(|m| format!("{m:?}"))
-    }
-
-    /// The decoder's value for a column's `text` in a stream change: base type `name` (`int4`,
-    /// `numeric`, …), or an array of `element` when given, with column modifier `typmod`.
-    pub fn value(name: &str, element: Option<&str>, typmod: i32, text: &str) -> serde_json::Value {
-        let base = |name: &str, category| super::values::TypeInfo {
-            name: name.to_string(),
-            category,
-            element: None,
-            typmod: -1,
-        };
-        let info = match element {
-            Some(e) => super::values::TypeInfo {
-                element: Some(Box::new(base(e, if e == "mood" { 'E' } else { 'U' }))),
-                ..base(name, 'A')
-            },
-            None => base(name, 'U'),
-        };
-        super::values::value(&info, typmod, text)
-    }
-}

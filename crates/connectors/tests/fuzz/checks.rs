@@ -1,5 +1,6 @@
 //! What must hold for any replication-stream input, shared by the property tests and the
-//! cargo-fuzz target `pgoutput` (`fuzz/`, which includes this file by path).
+//! cargo-fuzz target `pgoutput` (`fuzz/`, which includes this file by path). The parsers are
+//! `super::api`: `sluice_connectors::postgres::fuzz` here, the same file built alone there.
 //!
 //! Input layout: the bytes of one `pgoutput` message. The same bytes also feed the value
 //! parser: the first four are a column modifier (big-endian), the rest the column's text.
@@ -7,7 +8,6 @@
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
-use sluice_connectors::postgres::fuzz;
 use sluice_core::format::logical::TYPED_MARK;
 use sluice_core::{ColumnType, Decoder, MetadataConfig, Payload, Record, RecordMeta};
 
@@ -38,14 +38,14 @@ const TYPES: &[(&str, Option<&str>)] = &[
 /// No panic on any message, and every column value the stream can carry lands in a column or
 /// on the ledger, never silently nowhere.
 pub fn pgoutput(data: &[u8]) {
-    let _ = fuzz::pgoutput(data);
+    let _ = super::api::pgoutput(data);
     let (typmod, text) = match data {
         [a, b, c, d, rest @ ..] => (i32::from_be_bytes([*a, *b, *c, *d]), rest),
         _ => (-1, data),
     };
     let text = String::from_utf8_lossy(text);
     for (name, element) in TYPES {
-        let value = fuzz::value(name, *element, typmod, &text);
+        let value = super::api::value(name, *element, typmod, &text);
         value_lands(&value, &format!("{name} ({typmod}) {text:?}"));
     }
 }

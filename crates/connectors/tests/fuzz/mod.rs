@@ -4,6 +4,8 @@
 
 mod checks;
 
+use sluice_connectors::postgres::fuzz as api;
+
 use std::path::Path;
 
 use proptest::prelude::*;
