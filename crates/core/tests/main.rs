@@ -1,5 +1,7 @@
-//! Core tests: the decoder's golden cases and the run loop with in-memory peers.
+//! Core tests: the decoder's golden cases, the parsers under generated input, and the run loop
+//! with in-memory peers.
 
 mod decoder;
+mod fuzz;
 mod quarantine;
 mod run_loop;

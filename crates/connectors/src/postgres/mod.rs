@@ -4,6 +4,10 @@
 mod cdc;
 mod checks;
 mod config;
+/// The pure parsers of the replication stream, for the property tests and the fuzz targets
+/// (`fuzz/`, which include `fuzz.rs`, `pgoutput.rs` and `values.rs` by path). Not an API.
+#[doc(hidden)]
+pub mod fuzz;
 mod pgoutput;
 mod snapshot;
 mod stream;

@@ -213,10 +213,12 @@ fn column_type(info: &TypeInfo, typmod: i32) -> ColumnType {
         "int2" | "int4" | "int8" | "oid" => ColumnType::Bigint,
         "float4" | "float8" => ColumnType::Double,
         "numeric" if typmod >= 4 => {
-            let scale = ((typmod - 4) & 0xffff) as u8;
+            let scale = (typmod - 4) & 0xffff;
             let precision = ((typmod - 4) >> 16) & 0xffff;
-            if (1..=38).contains(&precision) {
-                ColumnType::Decimal(precision as u8, scale)
+            // As `values.rs` types a streamed value: no DECIMAL for a scale above the precision
+            // or below zero.
+            if (1..=38).contains(&precision) && scale <= precision {
+                ColumnType::Decimal(precision as u8, scale as u8)
             } else {
                 ColumnType::Varchar
             }
@@ -243,4 +245,21 @@ fn last_key(line: &[u8], key_fields: &[usize]) -> Option<Vec<String>> {
 /// The SQL type of key column `k`, for the typed literal of a keyset filter.
 fn type_of(relation: &RelationInfo, k: &str) -> String {
     relation.columns.iter().find(|c| c.0 == k).map_or_else(|| "text".into(), |c| c.1.name.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numeric_columns_without_a_decimal_type_are_text() {
+        let numeric = TypeInfo { name: "numeric".into(), category: 'N', element: None, typmod: -1 };
+        let typmod = |p: i32, s: i32| ((p << 16) | (s & 0x7ff)) + 4;
+        assert_eq!(column_type(&numeric, typmod(10, 2)), ColumnType::Decimal(10, 2));
+        assert_eq!(column_type(&numeric, typmod(38, 38)), ColumnType::Decimal(38, 38));
+        // PostgreSQL 15: numeric(3,5) holds 0.00123; numeric(5,-2) holds 12300.
+        assert_eq!(column_type(&numeric, typmod(3, 5)), ColumnType::Varchar);
+        assert_eq!(column_type(&numeric, typmod(5, -2)), ColumnType::Varchar);
+        assert_eq!(column_type(&numeric, -1), ColumnType::Double);
+    }
 }

@@ -86,7 +86,9 @@ pub(crate) fn value(info: &TypeInfo, typmod: i32, text: &str) -> Value {
         "numeric" if typmod >= 4 => {
             let scale = (typmod - 4) & 0xffff;
             let precision = ((typmod - 4) >> 16) & 0xffff;
-            if (1..=38).contains(&precision) && text.parse::<f64>().is_ok_and(f64::is_finite) {
+            // A scale above the precision, or below zero (PostgreSQL 15 allows both; a negative
+            // one reads as 2000 and more here), has no DECIMAL: such a column is text.
+            if (1..=38).contains(&precision) && scale <= precision && text.parse::<f64>().is_ok_and(f64::is_finite) {
                 typed(Value::String(text.to_string()), &format!("DECIMAL({precision},{scale})"))
             } else {
                 Value::String(text.to_string())

@@ -48,8 +48,8 @@ pub fn change(event: Value, key: Option<&str>) -> Result<Option<Change>, String>
             (after, before)
         }
     };
-    let change_us =
-        source.as_ref().and_then(change_time).or_else(|| payload.get("ts_ms")?.as_i64().map(|ms| ms * 1000));
+    // A time too far out for microseconds in an i64 is no time at all.
+    let change_us = source.as_ref().and_then(change_time).or_else(|| payload.get("ts_ms")?.as_i64()?.checked_mul(1000));
     let route = source.as_ref().map(route).unwrap_or_default();
     let source_order = source.as_ref().and_then(source_order);
     Ok(Some(Change { op, image, before, keys, change_us, source, source_order, route }))
@@ -124,7 +124,7 @@ fn change_time(source: &Value) -> Option<i64> {
     if let Some(ns) = source.get("ts_ns").and_then(Value::as_i64) {
         return Some(ns / 1000);
     }
-    source.get("ts_ms").and_then(Value::as_i64).map(|ms| ms * 1000)
+    source.get("ts_ms").and_then(Value::as_i64).and_then(|ms| ms.checked_mul(1000))
 }
 
 /// The source position as text that sorts in source order, per connector.

@@ -281,11 +281,11 @@ impl<'de> Visitor<'de> for ShapeVisitor {
         f.write_str("a JSON value")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Shape, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        while map.next_entry::<Checked, Checked>()?.is_some() {}
         Ok(Shape(None))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shape, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        while seq.next_element::<Checked>()?.is_some() {}
         Ok(Shape(Some("an array")))
     }
     fn visit_bool<E>(self, _: bool) -> Result<Shape, E> {
@@ -305,6 +305,16 @@ impl<'de> Visitor<'de> for ShapeVisitor {
     }
     fn visit_unit<E>(self) -> Result<Shape, E> {
         Ok(Shape(Some("null")))
+    }
+}
+
+/// A value read as the decoder will read it, and dropped. Not `IgnoredAny`: serde_json skips an
+/// ignored string without checking its UTF-8, so a body the decoder refuses would pass the check.
+struct Checked;
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ShapeVisitor).map(|_| Checked)
     }
 }
 
@@ -436,6 +446,10 @@ mod tests {
         assert_eq!(e.line, 1);
         // Trailing garbage after an array is not ignored.
         assert!(check_body(b"[{\"a\":1}] x").is_err());
+        // Text that is not UTF-8, anywhere in a value, is not JSON (the decoder refuses it too).
+        assert!(check_body(b"{\"a\":{\"b\":\"\xff\"}}").is_err());
+        assert!(check_body(b"[{\"a\":\"\xff\"}, {}]").is_err());
+        assert_eq!(check_body(b"{\"\xff\":1}\n{}").unwrap(), BodySummary { events: 2, invalid: 1 });
     }
 
     #[test]

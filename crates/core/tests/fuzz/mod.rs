@@ -1,0 +1,117 @@
+//! Fuzzing on stable: property tests over generated and damaged inputs, and a replay of the
+//! seed corpus (`tests/fuzz_corpus/<target>/`), through the same checks the cargo-fuzz targets
+//! run (`fuzz/`). `PROPTEST_CASES` sets the cases per property (256 by default); a failing
+//! input belongs in the corpus once fixed.
+
+mod checks;
+mod inputs;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray};
+use proptest::prelude::*;
+use proptest::test_runner::Config;
+use sluice_core::batch::CopyRows;
+use sluice_core::{ChangeConfig, ColumnType, Decoder, Format, MetadataConfig, Mode, Payload, Record, RecordMeta};
+
+/// Run `check` on every file of the corpus of `target`, naming the file that fails.
+pub fn replay(target: &str, check: fn(&[u8])) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_corpus").join(target);
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("a corpus entry").path())
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no corpus in {}", dir.display());
+    for file in files {
+        let data = std::fs::read(&file).expect("a corpus file");
+        if let Err(panic) = std::panic::catch_unwind(|| check(&data)) {
+            eprintln!("corpus file {} fails", file.display());
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+fn config() -> Config {
+    // No regression files: a failing input goes into the corpus instead.
+    Config { failure_persistence: None, ..Config::default() }
+}
+
+#[test]
+fn corpus_body() {
+    replay("body", checks::body);
+}
+
+#[test]
+fn corpus_decoder() {
+    replay("decoder", checks::decoder);
+}
+
+#[test]
+fn corpus_copy() {
+    replay("copy", checks::copy);
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn body_layouts(body in inputs::mutated(inputs::body())) {
+        checks::body(&body);
+    }
+
+    #[test]
+    fn body_bytes(body in proptest::collection::vec(any::<u8>(), 0..48)) {
+        checks::body(&body);
+    }
+
+    #[test]
+    fn decoder_json(flags in proptest::sample::select(b"@ADEaCGK".to_vec()), body in inputs::mutated(inputs::body())) {
+        checks::decoder(&[&[flags][..], &body].concat());
+    }
+
+    #[test]
+    fn decoder_debezium(event in inputs::mutated(inputs::debezium())) {
+        checks::decoder(&event);
+    }
+
+    #[test]
+    fn decoder_bytes(data in proptest::collection::vec(any::<u8>(), 0..48)) {
+        checks::decoder(&data);
+    }
+
+    #[test]
+    fn copy_rows(chunk in inputs::mutated(inputs::copy())) {
+        checks::copy(&chunk);
+    }
+
+    /// Text escaped as `COPY` prints it comes back as it was.
+    #[test]
+    fn copy_text_round_trips(texts in proptest::collection::vec(inputs::text(12), 1..4)) {
+        let columns: Vec<(String, ColumnType)> =
+            (0..texts.len()).map(|i| (format!("c{i}"), ColumnType::Varchar)).collect();
+        let line: Vec<String> = texts.iter().map(|t| inputs::escape(t)).collect();
+        let rows = CopyRows {
+            columns: Arc::new(columns),
+            keys: vec!["c0".into()],
+            db: "d".into(),
+            schema: "s".into(),
+            table: "t".into(),
+            clear: false,
+            rows: vec![bytes::Bytes::from(format!("{}\n", line.join("\t")))],
+        };
+        let changes = ChangeConfig { mode: Mode::Mirror, keys: vec![], history: false, format: Format::Debezium };
+        let decoder = Decoder::new("t".into(), MetadataConfig::default(), HashMap::new()).with_changes(changes);
+        let record = Record { payload: Payload::Copy(rows), meta: RecordMeta::default() };
+        let (out, _) = decoder.decode(vec![record], 1).expect("decode");
+        prop_assert_eq!(out.rejects.len(), 0);
+        let data = &out.tables[0].data;
+        for (i, text) in texts.iter().enumerate() {
+            let column = data.column(i).as_string::<i32>();
+            prop_assert!(!column.is_null(0));
+            prop_assert_eq!(column.value(0), text.as_str());
+        }
+    }
+}
