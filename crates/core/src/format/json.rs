@@ -395,6 +395,9 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
+            // The mark Sluice's own CDC source puts on typed values: from a client it would let
+            // an event choose a column's type, so it is renamed (and, holding a NUL, ledgered).
+            let key = if key == crate::format::logical::TYPED_MARK { format!("{key} (sent by a client)") } else { key };
             let path = if self.path.is_empty() {
                 key.clone()
             } else {
@@ -450,6 +453,15 @@ mod tests {
         assert!(check_body(b"{\"a\":{\"b\":\"\xff\"}}").is_err());
         assert!(check_body(b"[{\"a\":\"\xff\"}, {}]").is_err());
         assert_eq!(check_body(b"{\"\xff\":1}\n{}").unwrap(), BodySummary { events: 2, invalid: 1 });
+    }
+
+    #[test]
+    fn a_client_cannot_send_the_typed_value_mark() {
+        let body = format!(r#"{{"a": {{"{}": "1", "type": "BOOLEAN"}}}}"#, "\\u0000sluice-typed");
+        let events: Vec<Event> = body_events(bytes::Bytes::from(body)).collect();
+        let Payload::Json(v) = &events[0].payload else { panic!("not an object") };
+        let inner = v["a"].as_object().unwrap();
+        assert!(!inner.contains_key(crate::format::logical::TYPED_MARK), "{inner:?}");
     }
 
     #[test]
