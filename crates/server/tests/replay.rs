@@ -100,3 +100,58 @@ async fn the_ledger_is_decoded_again_once() {
     let (status, _) = replay(&server, "nope", json!({"from": "ledger"})).await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test]
+async fn a_kinesis_stream_is_read_again_from_a_timestamp_once() {
+    use crate::kinesis_local::KinesisLocal;
+    let kinesis = KinesisLocal::start().await;
+    kinesis.create_stream("replayk", 2).await;
+    let dir = DataDir::new("replay-kinesis");
+    let server = Server::start(&dir.0).await;
+    server
+        .create_stream(json!({
+            "name": "k",
+            "table": "replayk",
+            "source": kinesis.source("replayk"),
+            "metadata": {"arrival_time": true, "shard_id": true, "sequence_number": true},
+            "flush": {"max_wait_ms": 100},
+        }))
+        .await;
+    let batch = |ids: std::ops::Range<i64>| -> Vec<(String, Vec<u8>)> {
+        ids.map(|i| (format!("k{i}"), json!({"id": i}).to_string().into_bytes())).collect()
+    };
+    kinesis.put("replayk", &batch(0..100)).await;
+    wait_rows(&server, "replayk", 100, Duration::from_secs(90)).await;
+    // A clear gap in arrival times, then more records.
+    let first_max =
+        server.sql("SELECT max(_arrival_time)::VARCHAR AS t FROM replayk").await[0]["t"].as_str().unwrap().to_string();
+    wait_until("a second to pass", Duration::from_secs(10), || async {
+        let now =
+            server.sql("SELECT (now() - INTERVAL 1 SECOND)::VARCHAR AS t").await[0]["t"].as_str().unwrap().to_string();
+        now > first_max
+    })
+    .await;
+    let cut = server.sql("SELECT strftime(now()::TIMESTAMPTZ AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%S.%fZ') AS t").await
+        [0]["t"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_until("a second after the cut", Duration::from_secs(10), || async {
+        let now = server.sql("SELECT strftime((now() - INTERVAL 1 SECOND)::TIMESTAMPTZ AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%S.%fZ') AS t").await[0]["t"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        now > cut
+    })
+    .await;
+    kinesis.put("replayk", &batch(100..150)).await;
+    wait_rows(&server, "replayk", 150, Duration::from_secs(90)).await;
+    let (status, answer) = replay(&server, "k", json!({"from": "timestamp", "timestamp": cut})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["rows_deleted"], 50, "{answer}");
+    wait_rows(&server, "replayk", 150, Duration::from_secs(90)).await;
+    let after = server.sql("SELECT count(*) AS n, count(DISTINCT id) AS d FROM replayk").await;
+    assert_eq!(after[0], json!({"n": 150, "d": 150}));
+    let (_, stream) = server.get("/api/streams/k").await;
+    assert_eq!(stream["config"]["source"]["start"], json!({"at_timestamp": cut}), "{stream}");
+}
