@@ -28,5 +28,5 @@ pub use rejects::{RejectBatch, Rejects};
 pub use schema::{ColumnType, TableSchema};
 pub use secret::Secret;
 pub use sink::{Sink, StateStore};
-pub use source::Source;
+pub use source::{ChunkReport, RejectedEvent, Source};
 pub use sync::{Delivery, Destination, SyncMode};

@@ -7,13 +7,15 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::{Checkpoint, Chunk, Record, WriteUnit};
+use crate::batch::{Checkpoint, Chunk, Position, Record, WriteUnit};
 use crate::decode::Decoder;
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::StreamMetrics;
 use crate::quarantine::{self, Isolated};
+use crate::rejects::RejectBatch;
 use crate::sink::Sink;
 use crate::source::Source;
+use crate::source::{ChunkReport, REPORTED_REJECTS, RejectedEvent};
 
 /// When a micro-batch is written: on rows, bytes or time, whichever comes first, or as soon as
 /// the source has nothing more ready for `linger_ms`.
@@ -78,6 +80,7 @@ struct InFlight {
     task: JoinHandle<Result<()>>,
     checkpoint: Checkpoint,
     arrived: Vec<Instant>,
+    reports: Vec<ChunkReport>,
 }
 
 /// Run a stream from `checkpoint` until the source ends or `cancel` fires, and return the last
@@ -118,11 +121,11 @@ async fn run_batches(
         };
         let Some(first) = first else { return Ok(()) };
         let (chunks, ended) = gather(s, first, inflight, durable).await?;
-        let (unit, arrived) = decode(s, chunks, &decoded_to)?;
+        let (unit, arrived, reports) = decode(s, chunks, &decoded_to)?;
         decoded_to = unit.checkpoint.clone();
         drain(s, inflight, durable).await?;
         let bulk = unit.tables.iter().any(|t| t.snapshot.is_some());
-        *inflight = Some(submit(s, unit, arrived));
+        *inflight = Some(submit(s, unit, arrived, reports));
         if bulk {
             // Let a snapshot chunk's write start before the next decode: tokio runs a task spawned
             // here on this worker (its LIFO slot) only once this task yields, and decoding does
@@ -183,8 +186,13 @@ async fn gather(
 }
 
 /// Turn chunks into one write unit that moves the stream from `from` onwards.
-fn decode(s: &mut Stream<'_>, chunks: Vec<Chunk>, from: &Checkpoint) -> Result<(WriteUnit, Vec<Instant>)> {
+fn decode(
+    s: &mut Stream<'_>,
+    chunks: Vec<Chunk>,
+    from: &Checkpoint,
+) -> Result<(WriteUnit, Vec<Instant>, Vec<ChunkReport>)> {
     let position = chunks.last().map(|c| c.position.clone()).unwrap_or_else(|| from.position.clone());
+    let shape: Vec<(Position, usize)> = chunks.iter().map(|c| (c.position.clone(), c.records.len())).collect();
     let arrived: Vec<Instant> = chunks.iter().map(|c| c.arrived).collect();
     let bytes: usize = chunks.iter().map(|c| c.bytes).sum();
     let records: Vec<Record> = chunks.into_iter().flat_map(|c| c.records).collect();
@@ -209,19 +217,62 @@ fn decode(s: &mut Stream<'_>, chunks: Vec<Chunk>, from: &Checkpoint) -> Result<(
     totals.bytes_in += bytes as u64;
     totals.batches += 1;
     totals.last_event_us = newest.max(totals.last_event_us);
+    let rejects = decoded.rejects.finish();
+    let reports = reports(shape, &decoded.record_ends, from.sequence, &rejects);
     let unit = WriteUnit {
         stream: s.name.to_string(),
         tables: decoded.tables,
-        rejects: decoded.rejects.finish(),
+        rejects,
         idempotency,
         replayed: Vec::new(),
         checkpoint: Checkpoint { position, sequence: decoded.last_sequence, totals },
     };
-    Ok((unit, arrived))
+    Ok((unit, arrived, reports))
+}
+
+/// What each chunk's events came to: its sequences follow the chunk before it's.
+fn reports(shape: Vec<(Position, usize)>, record_ends: &[i64], before: i64, rejects: &RejectBatch) -> Vec<ChunkReport> {
+    let mut reports = Vec::with_capacity(shape.len());
+    let (mut records, mut start) = (0usize, before + 1);
+    let mut ends = Vec::with_capacity(shape.len());
+    for (position, n) in shape {
+        records += n;
+        let end = if records == 0 { before } else { record_ends.get(records - 1).copied().unwrap_or(before) };
+        let end = end.max(start - 1);
+        reports.push(ChunkReport {
+            position,
+            events: u64::try_from(end - start + 1).unwrap_or(0),
+            ..ChunkReport::default()
+        });
+        ends.push((start, end));
+        start = end + 1;
+    }
+    let mut seen: Vec<Option<i64>> = vec![None; reports.len()];
+    let mut refused_seen: Vec<Option<i64>> = vec![None; reports.len()];
+    for (sequence, column, reason) in rejects.summaries() {
+        let Some(i) = ends.iter().position(|(a, b)| (*a..=*b).contains(&sequence)) else { continue };
+        let report = &mut reports[i];
+        if seen[i] != Some(sequence) {
+            report.rejected += 1;
+            seen[i] = Some(sequence);
+        }
+        if column.is_none() && refused_seen[i] != Some(sequence) {
+            report.refused += 1;
+            refused_seen[i] = Some(sequence);
+        }
+        if report.rejects.len() < REPORTED_REJECTS {
+            report.rejects.push(RejectedEvent {
+                event: u64::try_from(sequence - ends[i].0).unwrap_or(0),
+                column: column.map(str::to_string),
+                reason: reason.to_string(),
+            });
+        }
+    }
+    reports
 }
 
 /// Hand a unit to the sink on its own task, retrying what may succeed.
-fn submit(s: &Stream<'_>, unit: WriteUnit, arrived: Vec<Instant>) -> InFlight {
+fn submit(s: &Stream<'_>, unit: WriteUnit, arrived: Vec<Instant>, reports: Vec<ChunkReport>) -> InFlight {
     let checkpoint = unit.checkpoint.clone();
     let unit = Arc::new(unit);
     let (sink, metrics, cancel, name) = (s.sink.clone(), s.metrics.clone(), s.cancel.clone(), s.name.to_string());
@@ -257,7 +308,7 @@ fn submit(s: &Stream<'_>, unit: WriteUnit, arrived: Vec<Instant>) -> InFlight {
         tracing::debug!(stream = %name, write_ms = started.elapsed().as_secs_f64() * 1e3, "Batch written.");
         Ok(())
     });
-    InFlight { task, checkpoint, arrived }
+    InFlight { task, checkpoint, arrived, reports }
 }
 
 /// Wait for the in-flight write; pending forever when there is none (for `select!` guards).
@@ -279,6 +330,6 @@ async fn finish(s: &mut Stream<'_>, inflight: &mut Option<InFlight>, done: Resul
     let now = Instant::now();
     let latencies: Vec<Duration> = f.arrived.iter().map(|a| now.duration_since(*a)).collect();
     s.metrics.committed(&f.checkpoint.totals, &latencies);
-    s.source.commit(&f.checkpoint.position).await?;
+    s.source.commit_reports(&f.checkpoint.position, f.reports).await?;
     Ok(f.checkpoint)
 }

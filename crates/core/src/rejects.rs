@@ -125,6 +125,20 @@ impl RejectBatch {
         self.rows == 0
     }
 
+    /// Each row's sequence, column and reason, in order.
+    pub fn summaries(&self) -> Vec<(i64, Option<&str>, &str)> {
+        use arrow::array::{Array, AsArray};
+        if self.rows == 0 {
+            return Vec::new();
+        }
+        let column = self.columns[1].as_string::<i32>();
+        let sequence = self.columns[4].as_primitive::<arrow::datatypes::Int64Type>();
+        let reason = self.columns[5].as_string::<i32>();
+        (0..self.rows)
+            .map(|i| (sequence.value(i), (!column.is_null(i)).then(|| column.value(i)), reason.value(i)))
+            .collect()
+    }
+
     /// These rows, then `more`.
     pub fn with(&self, more: RejectBatch) -> RejectBatch {
         if self.is_empty() {

@@ -3,6 +3,36 @@
 use async_trait::async_trait;
 
 use crate::batch::{Chunk, Position};
+
+/// What one chunk's events came to once durable.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChunkReport {
+    /// The chunk's position.
+    pub position: Position,
+    /// Events the chunk held.
+    pub events: u64,
+    /// Events refused whole (in the ledger, no row).
+    pub refused: u64,
+    /// The chunk's ledger rows, by event (0-based within the chunk), in order; at most
+    /// [`REPORTED_REJECTS`] of them.
+    pub rejects: Vec<RejectedEvent>,
+    /// Events with at least one ledger row.
+    pub rejected: u64,
+}
+
+/// Most ledger rows a chunk's report lists.
+pub const REPORTED_REJECTS: usize = 100;
+
+/// A ledger row of a chunk's event.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RejectedEvent {
+    /// The event, 0-based within its chunk.
+    pub event: u64,
+    /// The column, or none when the whole event was refused.
+    pub column: Option<String>,
+    /// Why.
+    pub reason: String,
+}
 use crate::error::{Error, Result};
 
 /// A source of records. Sources only move bytes (or, for HTTP push, JSON the edge parsed); the
@@ -17,6 +47,13 @@ pub trait Source: Send {
 
     /// Everything up to `position` is durable in the destination: acknowledge upstream.
     async fn commit(&mut self, position: &Position) -> Result<()>;
+
+    /// [`Source::commit`], with what each chunk of the write came to: sources that answer their
+    /// producers (HTTP push) tell each which of its events went to the ledger.
+    async fn commit_reports(&mut self, position: &Position, reports: Vec<ChunkReport>) -> Result<()> {
+        let _ = reports;
+        self.commit(position).await
+    }
 
     /// The records handed out since the last commit will not be written (the stream stops).
     async fn abort(&mut self, _error: &Error) {}

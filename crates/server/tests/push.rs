@@ -119,3 +119,33 @@ async fn error_statuses_say_what_to_fix() {
     let (status, _) = server.sql_raw("SELECT count(*) FROM t").await;
     assert_eq!(status, 400, "the table was never created");
 }
+
+#[tokio::test]
+async fn the_answer_counts_every_event_that_went_to_the_ledger_and_can_say_why() {
+    let dir = DataDir::new("push-details");
+    let server = Server::start(&dir.0).await;
+    let key = server.create_stream(json!({"name": "s", "table": "d"})).await;
+    assert_eq!(server.push("s", &key, r#"{"n": 1, "flag": true}"#).await.0, 202);
+    // A misfit value (stored as NULL, ledgered), a line that is not JSON, and a good event.
+    let body = "{\"n\": \"x\", \"flag\": false}\nnot json\n{\"n\": 2}\n";
+    let r = server
+        .http
+        .post(server.url("/api/streams/s/push?details=true"))
+        .bearer_auth(&key)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let answer: serde_json::Value = r.json().await.unwrap();
+    assert_eq!((answer["accepted"].clone(), answer["rejected"].clone()), (json!(2), json!(2)), "{answer}");
+    let rejects = answer["rejects"].as_array().unwrap();
+    assert_eq!(rejects.len(), 2, "{answer}");
+    assert_eq!((rejects[0]["event"].clone(), rejects[0]["column"].clone()), (json!(0), json!("n")));
+    assert_eq!((rejects[1]["event"].clone(), rejects[1]["column"].clone()), (json!(1), json!(null)));
+    assert!(rejects[1]["reason"].as_str().unwrap().contains("not JSON"), "{answer}");
+    // A Debezium mirror stream refuses a change without a key: the client is told.
+    let key = server.create_stream(json!({"name": "m", "table": "mm", "mode": "mirror", "format": "debezium"})).await;
+    let (status, answer) = server.push("m", &key, r#"{"op": "c", "after": {"a": 1}}"#).await;
+    assert_eq!((status, answer), (202, json!({"accepted": 0, "rejected": 1})));
+}

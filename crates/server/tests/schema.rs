@@ -55,10 +55,11 @@ async fn inference_then_evolution_with_misfits_in_the_ledger() {
     let cols = types(&server, "events").await;
     assert_eq!(ty(&cols, "price"), "DOUBLE");
 
-    // Step 4: values that do not fit become NULL and land in the ledger; the event is accepted.
+    // Step 4: values that do not fit become NULL and land in the ledger; the event is stored,
+    // and the answer says it has ledger rows.
     let (status, body) =
         server.push("ev", &key, r#"{"id": 4, "ok": "maybe", "at": "yesterday", "price": "n/a", "name": 7}"#).await;
-    assert_eq!((status, body), (202, json!({"accepted": 1, "rejected": 0})));
+    assert_eq!((status, body), (202, json!({"accepted": 1, "rejected": 1})));
 
     let rows = server.sql(r#"SELECT id, price, ok, name, epoch("at")::BIGINT AS at, day::VARCHAR AS day, tags, country, nothing, _position FROM events ORDER BY id"#).await;
     assert_eq!(rows.len(), 4);

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sluice_core::{Chunk, Position, Record, Result, Source, error::Error};
+use sluice_core::{Chunk, ChunkReport, Position, Record, Result, Source, error::Error};
 use tokio::sync::{mpsc, oneshot};
 
 use super::KeyMemory;
@@ -73,7 +73,7 @@ struct Push {
     records: Vec<Record>,
     bytes: usize,
     arrived: Instant,
-    done: oneshot::Sender<Result<(), PushError>>,
+    done: oneshot::Sender<Result<ChunkReport, PushError>>,
 }
 
 /// The server's side: hands bodies to the stream and waits for them to be durable.
@@ -89,8 +89,9 @@ pub struct PushHandle {
 }
 
 impl PushHandle {
-    /// Queue `records` and wait until they are committed.
-    pub async fn push(&self, records: Vec<Record>, bytes: usize, arrived: Instant) -> Result<(), PushError> {
+    /// Queue `records` and wait until they are committed; what they came to (which events went
+    /// to the ledger).
+    pub async fn push(&self, records: Vec<Record>, bytes: usize, arrived: Instant) -> Result<ChunkReport, PushError> {
         let (done, wait) = oneshot::channel();
         self.tx.send(Push { records, bytes, arrived, done }).await.map_err(|_| PushError::Unavailable)?;
         wait.await.map_err(|_| PushError::Unavailable)?
@@ -101,7 +102,7 @@ impl PushHandle {
 pub struct HttpPushSource {
     rx: mpsc::Receiver<Push>,
     next_id: u64,
-    pending: VecDeque<(u64, oneshot::Sender<Result<(), PushError>>)>,
+    pending: VecDeque<(u64, oneshot::Sender<Result<ChunkReport, PushError>>)>,
 }
 
 /// A connected source and handle.
@@ -136,11 +137,17 @@ impl Source for HttpPushSource {
     }
 
     async fn commit(&mut self, position: &Position) -> Result<()> {
+        self.commit_reports(position, Vec::new()).await
+    }
+
+    async fn commit_reports(&mut self, position: &Position, reports: Vec<ChunkReport>) -> Result<()> {
         let upto = position.0.as_u64().unwrap_or(0);
+        let mut reports: std::collections::HashMap<u64, ChunkReport> =
+            reports.into_iter().filter_map(|r| Some((r.position.0.as_u64()?, r))).collect();
         while self.pending.front().is_some_and(|(id, _)| *id <= upto) {
-            if let Some((_, done)) = self.pending.pop_front() {
+            if let Some((id, done)) = self.pending.pop_front() {
                 // The client may have gone; its events are stored all the same.
-                let _ = done.send(Ok(()));
+                let _ = done.send(Ok(reports.remove(&id).unwrap_or_default()));
             }
         }
         Ok(())

@@ -49,6 +49,8 @@ pub struct Decoded {
     pub rows: u64,
     /// The sequence of the last event.
     pub last_sequence: i64,
+    /// The sequence of each record's last event, in record order.
+    pub record_ends: Vec<i64>,
 }
 
 /// Turns records into batches, holding each destination table's schema between calls.
@@ -99,6 +101,7 @@ impl Decoder {
                 Payload::Body(raw) => Box::new(body_events(raw)),
                 Payload::Copy(rows) => {
                     self.copy_rows(&record.meta, rows, &mut builders, &mut order, &mut out)?;
+                    out.record_ends.push(out.last_sequence);
                     continue;
                 }
                 other => Box::new(std::iter::once(Event { payload: other, duplicates: Vec::new() })),
@@ -132,6 +135,7 @@ impl Decoder {
                     }
                 }
             }
+            out.record_ends.push(out.last_sequence);
         }
         let mut pending = Pending::default();
         for table in order {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -14,7 +14,7 @@ use sluice_connectors::SourceHandle;
 use sluice_connectors::http_push::{Claim, PushError, PushHandle};
 use sluice_core::batch::now_us;
 use sluice_core::format::json::check_body;
-use sluice_core::{IdempotencyKey, Payload, Record, RecordMeta};
+use sluice_core::{ChunkReport, IdempotencyKey, Payload, Record, RecordMeta};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{ApiError, AppState};
@@ -60,6 +60,7 @@ impl PushBudget {
 pub async fn push(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    Query(query): Query<PushQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -127,8 +128,8 @@ pub async fn push(
     }
     let answer = json!({ "accepted": summary.events - summary.invalid, "rejected": summary.invalid });
     let Some(key) = idempotency_key(&headers)? else {
-        store(handle, content, None, arrived).await?;
-        return Ok(accepted(answer, false));
+        let report = store(handle, content, None, arrived).await?;
+        return Ok(accepted(outcome(&report, query.details), false));
     };
     match handle.keys.claim(&key) {
         Claim::Replay(stored) => {
@@ -145,11 +146,28 @@ pub async fn push(
         }
         Claim::New => {}
     }
+    // The answer kept with the key is the one the edge can give before the write: a retry of a
+    // stored push gets the counts of events that are not objects, not the decoder's.
     let record = IdempotencyKey { key: key.clone(), answer: answer.to_string() };
     let stored = store(handle, content, Some(record), arrived).await;
     handle.keys.settle(&key, stored.is_ok().then(|| answer.to_string()));
-    stored?;
-    Ok(accepted(answer, false))
+    Ok(accepted(outcome(&stored?, query.details), false))
+}
+
+/// `?details=true` lists the ledger rows of the push's events.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct PushQuery {
+    #[serde(default)]
+    details: bool,
+}
+
+/// The 202's body: events stored as rows, events with a ledger row, and with `details` which.
+fn outcome(report: &ChunkReport, details: bool) -> Value {
+    let mut answer = json!({ "accepted": report.events - report.refused, "rejected": report.rejected });
+    if details {
+        answer["rejects"] = json!(report.rejects);
+    }
+    answer
 }
 
 /// The 202, marked when it repeats an earlier push's answer.
@@ -167,7 +185,7 @@ async fn store(
     content: bytes::Bytes,
     idempotency: Option<IdempotencyKey>,
     arrived: Instant,
-) -> Result<(), ApiError> {
+) -> Result<ChunkReport, ApiError> {
     let bytes = content.len();
     let meta = RecordMeta { received_us: now_us(), idempotency, ..RecordMeta::default() };
     let record = Record { payload: Payload::Body(content), meta };
