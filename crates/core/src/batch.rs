@@ -174,6 +174,9 @@ pub enum Payload {
     /// A push body the HTTP edge already checked (an object, an array of objects or NDJSON);
     /// the decoder parses it one event at a time, so it is never held as one tree.
     Body(bytes::Bytes),
+    /// A small push body the HTTP edge already split into events (in parallel with other
+    /// requests, off the stream's one decoding task).
+    Events(Vec<crate::format::json::Event>),
     /// A parsed JSON value.
     Json(Value),
     /// Rows of a table snapshot in PostgreSQL's `COPY` text format.

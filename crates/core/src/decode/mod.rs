@@ -99,6 +99,7 @@ impl Decoder {
             let events: Box<dyn Iterator<Item = Event>> = match record.payload {
                 Payload::Bytes(raw) => Box::new(message_events(raw)),
                 Payload::Body(raw) => Box::new(body_events(raw)),
+                Payload::Events(events) => Box::new(events.into_iter()),
                 Payload::Copy(rows) => {
                     self.copy_rows(&record.meta, rows, &mut builders, &mut order, &mut out)?;
                     out.record_ends.push(out.last_sequence);
@@ -130,7 +131,7 @@ impl Decoder {
                     Payload::Json(other) => {
                         out.rejects.push(ctx.reject(None, None, other.to_string(), "expected a JSON object"));
                     }
-                    Payload::Bytes(_) | Payload::Body(_) | Payload::Copy(_) => {
+                    Payload::Bytes(_) | Payload::Body(_) | Payload::Events(_) | Payload::Copy(_) => {
                         return Err(Error::new(ErrorKind::Fatal, "nested raw payload"));
                     }
                 }

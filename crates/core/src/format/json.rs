@@ -106,7 +106,7 @@ pub fn check_body(body: &[u8]) -> Result<BodySummary, BodyError> {
 
 /// One event of a body, parsed: a payload, and the fields it named twice (the later value is
 /// kept; the earlier ones go to the ledger).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Event {
     /// `Payload::Json` for an object, `Payload::Invalid` otherwise.
     pub payload: Payload,
@@ -211,7 +211,8 @@ fn invalid(raw: String, reason: String) -> Event {
 fn parse_event(text: &[u8], not_json: &str) -> Event {
     let mut duplicates = Vec::new();
     let mut de = serde_json::Deserializer::from_slice(text);
-    let parsed = ValueSeed { path: String::new(), duplicates: &mut duplicates }.deserialize(&mut de).and_then(|v| {
+    let mut path = String::new();
+    let parsed = ValueSeed { path: &mut path, duplicates: &mut duplicates }.deserialize(&mut de).and_then(|v| {
         de.end()?;
         Ok(v)
     });
@@ -344,7 +345,9 @@ impl<'de> Deserialize<'de> for ArrayShape {
 
 /// Builds a `Value` like serde_json's own, and notes each field an object names twice.
 struct ValueSeed<'a> {
-    path: String,
+    /// The flattened name of the value being read: one buffer for the whole event, grown and
+    /// cut back as objects nest, so a field costs no allocation unless it is a duplicate.
+    path: &'a mut String,
     duplicates: &'a mut Vec<(String, Value)>,
 }
 
@@ -386,8 +389,8 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::new();
         // Inside an array, names do not become columns: duplicates there are only JSON text.
-        let mut ignored = Vec::new();
-        while let Some(v) = seq.next_element_seed(ValueSeed { path: String::new(), duplicates: &mut ignored })? {
+        let (mut ignored, mut path) = (Vec::new(), String::new());
+        while let Some(v) = seq.next_element_seed(ValueSeed { path: &mut path, duplicates: &mut ignored })? {
             items.push(v);
         }
         Ok(Value::Array(items))
@@ -398,15 +401,16 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
             // The mark Sluice's own CDC source puts on typed values: from a client it would let
             // an event choose a column's type, so it is renamed (and, holding a NUL, ledgered).
             let key = if key == crate::format::logical::TYPED_MARK { format!("{key} (sent by a client)") } else { key };
-            let path = if self.path.is_empty() {
-                key.clone()
-            } else {
-                format!("{}{}{key}", self.path, crate::decode::SEPARATOR)
-            };
-            let value = map.next_value_seed(ValueSeed { path: path.clone(), duplicates: &mut *self.duplicates })?;
-            if let Some(earlier) = out.insert(key, value) {
-                self.duplicates.push((path, earlier));
+            let mark = self.path.len();
+            if mark > 0 {
+                self.path.push_str(crate::decode::SEPARATOR);
             }
+            self.path.push_str(&key);
+            let value = map.next_value_seed(ValueSeed { path: &mut *self.path, duplicates: &mut *self.duplicates })?;
+            if let Some(earlier) = out.insert(key, value) {
+                self.duplicates.push((self.path.clone(), earlier));
+            }
+            self.path.truncate(mark);
         }
         Ok(Value::Object(out))
     }
@@ -421,7 +425,7 @@ mod tests {
             .map(|p| match p {
                 Payload::Json(_) => "ok",
                 Payload::Invalid { .. } => "bad",
-                Payload::Bytes(_) | Payload::Body(_) | Payload::Copy(_) => "bytes",
+                Payload::Bytes(_) | Payload::Body(_) | Payload::Events(_) | Payload::Copy(_) => "bytes",
             })
             .collect()
     }

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use sluice_connectors::SourceHandle;
 use sluice_connectors::http_push::{Claim, PushError, PushHandle};
 use sluice_core::batch::now_us;
-use sluice_core::format::json::check_body;
+use sluice_core::format::json::{body_events, check_body};
 use sluice_core::{ChunkReport, IdempotencyKey, Payload, Record, RecordMeta};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -22,6 +22,11 @@ use crate::keys;
 
 /// How long a client has to send its whole body once the headers are in.
 const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bodies up to this size are parsed into events at the edge; larger ones lazily by the stream.
+const EAGER_PARSE_BYTES: usize = 1 << 20;
+/// Memory of parsed JSON values per byte of body, reserved for a body parsed at the edge.
+const PARSED_PER_BYTE: usize = 8;
+
 /// How long a push waits for room in the memory budget before it is told to come back.
 const BUDGET_WAIT: Duration = Duration::from_secs(10);
 
@@ -95,7 +100,9 @@ pub async fn push(
     };
     // Room for the body before a byte of it is read: the compressed and the decoded copy of a
     // gzip body, or what Content-Length announces.
-    let reserve = if gzip { limit + length.unwrap_or(limit) } else { length.unwrap_or(limit) };
+    let decoded = if gzip { limit } else { length.unwrap_or(limit) };
+    let parsed = if decoded <= EAGER_PARSE_BYTES { decoded * PARSED_PER_BYTE } else { 0 };
+    let reserve = decoded + parsed + if gzip { length.unwrap_or(limit) } else { 0 };
     let _room = state.push_budget.reserve(reserve).await?;
     let raw = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(raw)) => raw,
@@ -188,7 +195,15 @@ async fn store(
 ) -> Result<ChunkReport, ApiError> {
     let bytes = content.len();
     let meta = RecordMeta { received_us: now_us(), idempotency, ..RecordMeta::default() };
-    let record = Record { payload: Payload::Body(content), meta };
+    // A small body is split into events here, on this request's task, so parsing runs on every
+    // core; a large one is parsed by the stream one event at a time, so it is never held as
+    // values all at once.
+    let payload = if bytes <= EAGER_PARSE_BYTES {
+        Payload::Events(body_events(content).collect())
+    } else {
+        Payload::Body(content)
+    };
+    let record = Record { payload, meta };
     handle.push(vec![record], bytes, arrived).await.map_err(|e| match e {
         PushError::Unavailable => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).with_retry_after(1),
         PushError::WriteFailed(_) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
