@@ -231,6 +231,64 @@ pub fn decode_bytes(raw: &[u8]) -> Vec<Payload> {
     message_events(bytes::Bytes::copy_from_slice(raw)).map(|e| e.payload).collect()
 }
 
+/// Parse a whole body into its events in one pass (a small push body, at the edge): the
+/// events and what they are, or, as [`check_body`] says, where the body is not JSON.
+pub fn parse_body(body: &bytes::Bytes) -> Result<(Vec<Event>, BodySummary), BodyError> {
+    let events: Vec<Event> = match layout(body)?.0 {
+        Layout::Array => {
+            let mut de = serde_json::Deserializer::from_slice(body);
+            match Elements.deserialize(&mut de).and_then(|events| de.end().map(|()| events)) {
+                Ok(events) => events,
+                Err(_) => return check_body(body).and(Err(BodyError::unreadable())),
+            }
+        }
+        Layout::Single | Layout::Lines => body_events(body.clone()).collect(),
+    };
+    let invalid = events.iter().filter(|e| matches!(e.payload, Payload::Invalid { .. })).count();
+    if invalid == events.len() && invalid > 0 {
+        // Nothing parsed as an object: the body may not be JSON at all, which check_body tells.
+        check_body(body)?;
+    }
+    let summary = BodySummary { events: events.len(), invalid };
+    Ok((events, summary))
+}
+
+impl BodyError {
+    fn unreadable() -> Self {
+        BodyError { reason: "unreadable body".into(), line: 1, column: 1, byte: 0 }
+    }
+}
+
+/// A top-level array's elements, each parsed as an event.
+struct Elements;
+
+impl<'de> DeserializeSeed<'de> for Elements {
+    type Value = Vec<Event>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<Event>, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Elements {
+    type Value = Vec<Event>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Event>, A::Error> {
+        let mut events = Vec::new();
+        let mut path = String::new();
+        loop {
+            let mut duplicates = Vec::new();
+            let Some(value) = seq.next_element_seed(ValueSeed { path: &mut path, duplicates: &mut duplicates })? else {
+                return Ok(events);
+            };
+            events.push(Event { payload: event_or_invalid(value), duplicates });
+        }
+    }
+}
+
 /// Split a body into events, all at once (tests and small bodies; the push path uses
 /// [`check_body`] and [`body_events`]).
 pub fn split_body(body: &[u8]) -> Result<Vec<Payload>, BodyError> {

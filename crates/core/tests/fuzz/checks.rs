@@ -19,12 +19,25 @@ use std::sync::Arc;
 use serde_json::Value;
 use sluice_core::batch::{CopyRows, TableWrite};
 use sluice_core::decode::{Decoded, MAX_NAME_BYTES};
-use sluice_core::format::json::{body_events, check_body, decode_bytes, message_events, split_body};
+use sluice_core::format::json::{body_events, check_body, decode_bytes, message_events, parse_body, split_body};
 use sluice_core::{ChangeConfig, ColumnType, Decoder, Format, MetadataConfig, Mode, Payload, Record, RecordMeta};
 
 /// The body parser: no panic, and the checked summary matches the events handed out.
 pub fn body(data: &[u8]) {
     let bytes = bytes::Bytes::copy_from_slice(data);
+    // The one-pass parse of small bodies says what the check and the lazy events say.
+    match (parse_body(&bytes), check_body(data)) {
+        (Ok((events, summary)), Ok(checked)) => {
+            assert_eq!(summary, checked, "parse_body and check_body disagree");
+            let lazy: Vec<Payload> = body_events(bytes.clone()).map(|e| e.payload).collect();
+            assert_eq!(
+                format!("{:?}", events.iter().map(|e| &e.payload).collect::<Vec<_>>()),
+                format!("{:?}", lazy.iter().collect::<Vec<_>>())
+            );
+        }
+        (Err(a), Err(b)) => assert_eq!(a, b, "parse_body and check_body place the error differently"),
+        (a, b) => panic!("parse_body {:?} but check_body {:?}", a.map(|(_, s)| s), b),
+    }
     match check_body(data) {
         Ok(summary) => {
             let payloads: Vec<Payload> = body_events(bytes.clone()).map(|e| e.payload).collect();

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use sluice_connectors::SourceHandle;
 use sluice_connectors::http_push::{Claim, PushError, PushHandle};
 use sluice_core::batch::now_us;
-use sluice_core::format::json::{body_events, check_body};
+use sluice_core::format::json::{BodyError, check_body, parse_body};
 use sluice_core::{ChunkReport, IdempotencyKey, Payload, Record, RecordMeta};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -118,10 +118,21 @@ pub async fn push(
         }
     };
     let content = if gzip { gunzip(&raw, limit)? } else { raw };
-    let summary = check_body(&content).map_err(|e| {
+    let bad_body = |e: BodyError| {
         ApiError::new(StatusCode::BAD_REQUEST, e.to_string())
             .with_details(json!({ "line": e.line, "column": e.column, "byte": e.byte }))
-    })?;
+    };
+    let bytes = content.len();
+    // A small body is split into events here, in one pass on this request's task, so parsing
+    // runs on every core; a large one is checked without building it and parsed by the stream
+    // one event at a time, so it is never held as values all at once.
+    let (payload, summary) = if bytes <= EAGER_PARSE_BYTES {
+        let (events, summary) = parse_body(&content).map_err(bad_body)?;
+        (Payload::Events(events), summary)
+    } else {
+        let summary = check_body(&content).map_err(bad_body)?;
+        (Payload::Body(content), summary)
+    };
     if summary.invalid > handle.max_invalid_events {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -135,7 +146,7 @@ pub async fn push(
     }
     let answer = json!({ "accepted": summary.events - summary.invalid, "rejected": summary.invalid });
     let Some(key) = idempotency_key(&headers)? else {
-        let report = store(handle, content, None, arrived).await?;
+        let report = store(handle, payload, bytes, None, arrived).await?;
         return Ok(accepted(outcome(&report, query.details), false));
     };
     match handle.keys.claim(&key) {
@@ -156,7 +167,7 @@ pub async fn push(
     // The answer kept with the key is the one the edge can give before the write: a retry of a
     // stored push gets the counts of events that are not objects, not the decoder's.
     let record = IdempotencyKey { key: key.clone(), answer: answer.to_string() };
-    let stored = store(handle, content, Some(record), arrived).await;
+    let stored = store(handle, payload, bytes, Some(record), arrived).await;
     handle.keys.settle(&key, stored.is_ok().then(|| answer.to_string()));
     Ok(accepted(outcome(&stored?, query.details), false))
 }
@@ -189,20 +200,12 @@ fn accepted(answer: Value, replayed: bool) -> Response {
 /// Hand a checked body to the stream and wait until it is durable.
 async fn store(
     handle: &PushHandle,
-    content: bytes::Bytes,
+    payload: Payload,
+    bytes: usize,
     idempotency: Option<IdempotencyKey>,
     arrived: Instant,
 ) -> Result<ChunkReport, ApiError> {
-    let bytes = content.len();
     let meta = RecordMeta { received_us: now_us(), idempotency, ..RecordMeta::default() };
-    // A small body is split into events here, on this request's task, so parsing runs on every
-    // core; a large one is parsed by the stream one event at a time, so it is never held as
-    // values all at once.
-    let payload = if bytes <= EAGER_PARSE_BYTES {
-        Payload::Events(body_events(content).collect())
-    } else {
-        Payload::Body(content)
-    };
     let record = Record { payload, meta };
     handle.push(vec![record], bytes, arrived).await.map_err(|e| match e {
         PushError::Unavailable => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).with_retry_after(1),
