@@ -81,15 +81,7 @@ impl Cdc {
             )
             .await
             .map_err(|e| sql_error("setting up the snapshot session", &e))?;
-        let total: f64 = client
-            .query_one(
-                "SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::float8 FROM pg_class c JOIN pg_namespace n \
-                 ON n.oid = c.relnamespace WHERE n.nspname || '.' || c.relname = ANY($1)",
-                &[&tables.to_vec()],
-            )
-            .await
-            .map(|r| r.get(0))
-            .unwrap_or(0.0);
+        let total = estimate_rows(&client, tables).await;
         let mut types = Types::default();
         let mut copied_rows = 0u64;
         let started = std::time::Instant::now();
@@ -171,8 +163,10 @@ impl Cdc {
                 }
                 self.metrics.set_state("snapshotting", None);
                 self.metrics.set_source("snapshot_rows", copied_rows as f64);
-                let percent = if total > 0.0 { (copied_rows as f64 / total * 100.0).min(100.0) } else { 100.0 };
-                self.metrics.set_source("snapshot_percent", percent);
+                // Never 100 before the end: an estimate below the rows copied so far says 99.
+                if total > 0.0 {
+                    self.metrics.set_source("snapshot_percent", (copied_rows as f64 / total * 100.0).min(99.0));
+                }
                 if !self.send(records, progress).await {
                     return Ok(());
                 }
@@ -245,6 +239,31 @@ fn last_key(line: &[u8], key_fields: &[usize]) -> Option<Vec<String>> {
 /// The SQL type of key column `k`, for the typed literal of a keyset filter.
 fn type_of(relation: &RelationInfo, k: &str) -> String {
     relation.columns.iter().find(|c| c.0 == k).map_or_else(|| "text".into(), |c| c.1.name.clone())
+}
+
+/// Rows the snapshot will copy: the planner's estimate for tables that have statistics, and a
+/// count for tables that were never analyzed (`reltuples` is -1 right after a bulk load, which
+/// made the progress say 100% after the first chunk).
+async fn estimate_rows(client: &tokio_postgres::Client, tables: &[String]) -> f64 {
+    let rows = client
+        .query(
+            "SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname), c.reltuples::float8 FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname || '.' || c.relname = ANY($1)",
+            &[&tables.to_vec()],
+        )
+        .await
+        .unwrap_or_default();
+    let mut total = 0.0;
+    for row in rows {
+        let (name, estimate): (String, f64) = (row.get(0), row.get(1));
+        if estimate >= 0.0 {
+            total += estimate;
+            continue;
+        }
+        let counted = client.query_one(&format!("SELECT count(*)::float8 FROM {name}"), &[]).await;
+        total += counted.map(|r| r.get::<_, f64>(0)).unwrap_or(0.0);
+    }
+    total
 }
 
 #[cfg(test)]

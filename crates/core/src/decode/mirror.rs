@@ -124,7 +124,12 @@ impl TableBuilder {
             return;
         };
         let i = self.column(path, ty);
-        let f = fit(self.schema.columns()[i].ty, v);
+        // A typed value is there because the source had one: a JSON `null` in a json/jsonb
+        // column is the JSON value null, not a missing value, as in a snapshot's rows.
+        let f = match (self.schema.columns()[i].ty, v) {
+            (ColumnType::Json, Value::Null) => crate::schema::Fit::Text("null".into()),
+            (column, v) => fit(column, v),
+        };
         self.store(ctx, i, f, Some(v), rejects);
     }
 }
