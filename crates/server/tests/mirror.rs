@@ -316,3 +316,40 @@ async fn kill_9_mid_stream_applies_every_change_once() {
         stored.iter().map(|r| (r["id"].as_u64().unwrap() as usize, r["version"].as_u64().unwrap() as usize)).collect();
     assert_eq!(got, expected, "each key holds its last version");
 }
+
+/// Debezium events pushed over HTTP with their message keys, with no `keys` configured: as
+/// Kafka Connect's JSON converter writes the pair (`{"key", "value"}` per line), and as one event
+/// with a `Message-Key` header. The key change of row 2 (to 20) is followed from the keys.
+#[tokio::test]
+async fn debezium_over_http_push_takes_keys_from_key_value_pairs_and_the_header() {
+    let dir = DataDir::new("mirror-dbz-pairs");
+    let server = Server::start(&dir.0).await;
+    let stream = json!({"name": "pairs", "table": "pairs", "mode": "mirror", "format": "debezium"});
+    let key = server.create_stream(stream).await;
+    let text = std::fs::read_to_string(format!("{FIXTURES}/mysql.jsonl")).unwrap();
+    let (status, body) = server.push("pairs", &key, text.clone()).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["rejected"], 0, "{body}");
+    let stored = server.sql("SELECT * FROM pairs ORDER BY id").await;
+    expect_relational(&stored, "id", "first_name", "email");
+    // One event with its key in a header, into another stream.
+    let key2 =
+        server.create_stream(json!({"name": "one", "table": "one", "mode": "mirror", "format": "debezium"})).await;
+    for (message_key, event) in fixture("mysql") {
+        let mut request =
+            server.http.post(server.url("/api/streams/one/push")).bearer_auth(&key2).body(event.to_string());
+        if let Some(k) = message_key {
+            request = request.header("message-key", k);
+        }
+        let r = request.send().await.unwrap();
+        assert_eq!(r.status(), 202);
+    }
+    let stored = server.sql("SELECT * FROM one ORDER BY id").await;
+    expect_relational(&stored, "id", "first_name", "email");
+    // Without a key the same change is refused, and the answer says so.
+    let key3 =
+        server.create_stream(json!({"name": "nokey", "table": "nokey", "mode": "mirror", "format": "debezium"})).await;
+    let (_, event) = fixture("mysql").swap_remove(1);
+    let (status, body) = server.push("nokey", &key3, event.to_string()).await;
+    assert_eq!((status, body["rejected"].clone()), (202, json!(1)), "{body}");
+}

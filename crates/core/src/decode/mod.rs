@@ -117,7 +117,15 @@ impl Decoder {
                     out.rejects.push(ctx.reject(Some(&field), None, earlier.to_string(), reason));
                 }
                 if self.changes.mode == Mode::Mirror {
-                    self.change_event(&record.meta, payload, seq, &mut builders, &mut order, &mut out)?;
+                    match self.keyed_pair(payload) {
+                        (Some(key), value) => {
+                            let meta = RecordMeta { key: Some(key), ..record.meta.clone() };
+                            self.change_event(&meta, value, seq, &mut builders, &mut order, &mut out)?;
+                        }
+                        (None, payload) => {
+                            self.change_event(&record.meta, payload, seq, &mut builders, &mut order, &mut out)?
+                        }
+                    }
                     continue;
                 }
                 let builder = self.builder(&table, &mut builders, &mut order);
@@ -152,6 +160,29 @@ impl Decoder {
             }
         }
         Ok((out, pending))
+    }
+
+    /// A Debezium event pushed with its message key, as Kafka Connect's JSON converter writes the
+    /// pair: `{"key": …, "value": …}` (the key as JSON, or as its text). Anything else is
+    /// handed back as it is.
+    fn keyed_pair(&self, payload: Payload) -> (Option<String>, Payload) {
+        match payload {
+            Payload::Json(Value::Object(mut pair))
+                if self.changes.format == Format::Debezium
+                    && pair.len() == 2
+                    && pair.contains_key("key")
+                    && pair.contains_key("value") =>
+            {
+                let value = pair.remove("value").unwrap_or(Value::Null);
+                let key = match pair.remove("key") {
+                    Some(Value::String(text)) => text,
+                    Some(other) => other.to_string(),
+                    None => String::new(),
+                };
+                (Some(key), Payload::Json(value))
+            }
+            other => (None, other),
+        }
     }
 
     /// The builder of `table` within one decode, started from the table's known schema.

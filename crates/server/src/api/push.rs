@@ -144,9 +144,16 @@ pub async fn push(
         )
         .with_details(json!({ "events": summary.events, "invalid": summary.invalid })));
     }
+    // The message key of every event of the body (a Debezium key, for one event), as Kafka
+    // would carry it.
+    let message_key = match headers.get("message-key").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(key)) => Some(key.to_string()),
+        Some(Err(_)) => return Err(ApiError::new(StatusCode::BAD_REQUEST, "Message-Key must be visible ASCII text")),
+    };
     let answer = json!({ "accepted": summary.events - summary.invalid, "rejected": summary.invalid });
     let Some(key) = idempotency_key(&headers)? else {
-        let report = store(handle, payload, bytes, None, arrived).await?;
+        let report = store(handle, payload, bytes, message_key, None, arrived).await?;
         return Ok(accepted(outcome(&report, query.details), false));
     };
     match handle.keys.claim(&key) {
@@ -167,7 +174,7 @@ pub async fn push(
     // The answer kept with the key is the one the edge can give before the write: a retry of a
     // stored push gets the counts of events that are not objects, not the decoder's.
     let record = IdempotencyKey { key: key.clone(), answer: answer.to_string() };
-    let stored = store(handle, payload, bytes, Some(record), arrived).await;
+    let stored = store(handle, payload, bytes, message_key, Some(record), arrived).await;
     handle.keys.settle(&key, stored.is_ok().then(|| answer.to_string()));
     Ok(accepted(outcome(&stored?, query.details), false))
 }
@@ -202,10 +209,11 @@ async fn store(
     handle: &PushHandle,
     payload: Payload,
     bytes: usize,
+    key: Option<String>,
     idempotency: Option<IdempotencyKey>,
     arrived: Instant,
 ) -> Result<ChunkReport, ApiError> {
-    let meta = RecordMeta { received_us: now_us(), idempotency, ..RecordMeta::default() };
+    let meta = RecordMeta { received_us: now_us(), idempotency, key, ..RecordMeta::default() };
     let record = Record { payload, meta };
     handle.push(vec![record], bytes, arrived).await.map_err(|e| match e {
         PushError::Unavailable => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).with_retry_after(1),
