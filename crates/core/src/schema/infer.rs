@@ -176,7 +176,14 @@ pub fn fit_text(ty: ColumnType, text: &str) -> Fit<'_> {
             Ok(f) => Fit::Float(f),
             Err(_) => Fit::Misfit("not a number"),
         },
-        ColumnType::Varchar | ColumnType::Json => Fit::Text(Cow::Borrowed(text)),
+        ColumnType::Varchar => Fit::Text(Cow::Borrowed(text)),
+        // PostgreSQL prints jsonb with spaces (`{"a": 1}`); a change's image comes as parsed JSON
+        // and is stored compact (`{"a":1}`). One form for both, or a keyless table (matched on
+        // the whole row) could not find a snapshot row again.
+        ColumnType::Json => match serde_json::from_str::<Value>(text) {
+            Ok(v) => Fit::Text(Cow::Owned(v.to_string())),
+            Err(_) => Fit::Text(Cow::Borrowed(text)),
+        },
         ColumnType::Timestamptz => match pg_timestamp(text, true) {
             Some(us) => Fit::Micros(us),
             None => Fit::Misfit("not a timestamp with time zone"),
