@@ -263,3 +263,56 @@ async fn replaying_changes_adds_no_second_ledger_row() {
     assert_eq!(server.push("r", &key, later.to_string()).await.0, 202);
     assert_eq!(ledger().await.len(), 2);
 }
+
+#[tokio::test]
+async fn a_kafka_replay_of_a_debezium_mirror_keeps_each_ledger_row_once() {
+    use crate::broker::{Broker, produce_keyed};
+    use crate::harness::wait_until;
+    use crate::kafka::{kafka_stream, rows};
+    use std::time::Duration;
+
+    let broker = Broker::start();
+    broker.create_topic("dbz.items", 1);
+    let dir = DataDir::new("dbz-replay-kafka");
+    let server = Server::start(&dir.0).await;
+    let mut config = kafka_stream("k", "k_[table]", &broker, json!(["dbz.items"]));
+    config["mode"] = json!("mirror");
+    config["format"] = json!("debezium");
+    config["keys"] = json!(["id"]);
+    server.create_stream(config).await;
+    let producer = broker.producer(&[]);
+    // A value that does not fit (a ledger row for one column) and an event that is not JSON
+    // (a ledger row for the whole event).
+    let message = |id: i64, event: Value| (Some(json!({"id": id}).to_string()), Some(event.to_string()));
+    let values = vec![
+        message(1, pg("c", 10, json!({"id": 1, "n": 1}))),
+        message(2, pg("c", 20, json!({"id": 2, "n": "many"}))),
+        (Some(json!({"id": 9}).to_string()), Some("not json".to_string())),
+    ];
+    produce_keyed(&producer, "dbz.items", &values).await;
+    let ledger = || async {
+        let r = server
+            .sql("SELECT coalesce(\"column\", '-') AS c, count(*) AS n FROM sluice.rejects GROUP BY 1 ORDER BY 1")
+            .await;
+        r.iter().map(|r| (r["c"].as_str().unwrap().to_string(), r["n"].as_i64().unwrap())).collect::<Vec<_>>()
+    };
+    let want = [("-".to_string(), 1), ("n".to_string(), 1)];
+    wait_until("two ledger rows", Duration::from_secs(90), || async {
+        let got = ledger().await;
+        got == want
+    })
+    .await;
+    let r = server
+        .http
+        .post(server.url("/api/streams/k/replay"))
+        .json(&json!({"from": "offsets", "offsets": {"dbz.items": {"0": 0}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // A later change shows the stream has read past the replayed range.
+    produce_keyed(&producer, "dbz.items", &[message(3, pg("c", 30, json!({"id": 3, "n": 3})))]).await;
+    wait_until("the later change", Duration::from_secs(90), || async { rows(&server, "k_items").await == 3 }).await;
+    wait_until("the whole event ledgered again", Duration::from_secs(30), || async { ledger().await.len() == 2 }).await;
+    assert_eq!(ledger().await, want, "each ledger row once after the replay");
+}
