@@ -86,6 +86,9 @@ pub struct MirrorWrite {
     /// offset, SCN, …), where the source has one. A change at or below the position already
     /// applied to its key is skipped, so replays change nothing.
     pub source_orders: Vec<Option<String>>,
+    /// Per row, the columns the source did not send (Debezium's unavailable-value placeholder:
+    /// an unchanged TOASTed value). The row keeps the value its key already has.
+    pub unavailable: Vec<Vec<String>>,
 }
 
 /// The kind of a change.
@@ -102,6 +105,8 @@ pub enum ChangeOp {
     Snapshot,
     /// The latest version of a keyed event (a plain JSON feed in mirror mode).
     Upsert,
+    /// Every row of the table was removed (a Debezium `t` event); its row has no image.
+    Truncate,
 }
 
 impl ChangeOp {
@@ -113,6 +118,7 @@ impl ChangeOp {
             Self::Delete => "delete",
             Self::Snapshot => "snapshot",
             Self::Upsert => "upsert",
+            Self::Truncate => "truncate",
         }
     }
 }

@@ -155,6 +155,7 @@ fn filtered(write: &TableWrite, mask: &[bool]) -> Option<TableWrite> {
         change_us: m.change_us.iter().zip(mask).filter(|(_, k)| **k).map(|(o, _)| *o).collect(),
         sources: m.sources.iter().zip(mask).filter(|(_, k)| **k).map(|(o, _)| o.clone()).collect(),
         source_orders: m.source_orders.iter().zip(mask).filter(|(_, k)| **k).map(|(o, _)| o.clone()).collect(),
+        unavailable: m.unavailable.iter().zip(mask).filter(|(_, k)| **k).map(|(o, _)| o.clone()).collect(),
     });
     Some(TableWrite {
         table: write.table.clone(),

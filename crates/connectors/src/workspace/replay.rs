@@ -9,7 +9,9 @@
 //!   marked `replayed_at` in the same transaction as the rows they become.
 //!
 //! A mirror stream's changes are applied idempotently (a change at or below the position a key
-//! has is skipped), so for it only the checkpoint moves.
+//! has is skipped), so for it only the checkpoint moves. A Debezium mirror stream also keeps the
+//! ledger rows of single values in the range: the changes they belong to are skipped when read
+//! again, and add no second ledger row (whole events refused are deleted and ledgered again).
 
 use std::collections::BTreeMap;
 
@@ -114,11 +116,13 @@ fn require(conn: &Connection, table: &str, needed: &[&str], metadata: &str) -> R
 
 impl Workspace {
     /// Delete what came from `offsets` on (unless `mirror`) and move the checkpoint back to them.
+    /// `positioned`: the stream's changes carry source positions (a Debezium mirror), so the
+    /// ledger rows of single values stay.
     pub async fn replay_offsets(
         &self,
         stream: &str,
         tables: Vec<String>,
-        mirror: bool,
+        (mirror, positioned): (bool, bool),
         offsets: BTreeMap<String, BTreeMap<String, i64>>,
     ) -> Result<u64> {
         let offsets: BTreeMap<String, BTreeMap<i32, i64>> = offsets
@@ -147,8 +151,9 @@ impl Workspace {
                             "DELETE FROM sluice.rejects WHERE stream = ? \
                              AND json_extract_string(source, '$.topic') = ? \
                              AND TRY_CAST(json_extract_string(source, '$.partition') AS BIGINT) = ? \
-                             AND TRY_CAST(json_extract_string(source, '$.offset') AS BIGINT) >= ?",
-                            params![stream, topic, partition, offset],
+                             AND TRY_CAST(json_extract_string(source, '$.offset') AS BIGINT) >= ? \
+                             AND (NOT ? OR \"column\" IS NULL)",
+                            params![stream, topic, partition, offset, positioned],
                         )
                         .map_err(db_error)?;
                     }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use duckdb::Connection;
 use sluice_core::schema::SchemaChange;
@@ -129,6 +130,8 @@ fn try_apply(conn: &Connection, unit: &WriteUnit, layouts: &mut Layouts) -> Resu
 }
 
 fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layouts) -> Result<()> {
+    // Per table, the sequences of mirror changes a replay skipped: their ledger rows are there.
+    let mut replayed: Vec<(&str, Vec<i64>)> = Vec::new();
     for write in &unit.tables {
         if !write.changes.is_empty() || write.mirror.is_some() {
             layouts.0.remove(&write.table);
@@ -162,7 +165,10 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layou
                 // A stream that turns history on for an existing table.
                 history_ddl(conn, &write.table, &SchemaChange::Create(Vec::new()))?;
             }
-            super::mirror::apply(conn, write, mirror)?;
+            let skipped = super::mirror::apply(conn, write, mirror)?;
+            if !skipped.is_empty() {
+                replayed.push((&write.table, skipped));
+            }
             continue;
         }
         let schema = write.data.schema();
@@ -175,9 +181,11 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layou
         appender.append_record_batch(write.data.clone()).map_err(db_error)?;
         appender.flush().map_err(db_error)?;
     }
-    if !unit.rejects.is_empty() {
-        let now = chrono::Utc::now().timestamp_micros();
-        let batch = unit.rejects.to_ledger(&unit.stream, now);
+    let now = chrono::Utc::now().timestamp_micros();
+    let ledger = (!unit.rejects.is_empty())
+        .then(|| without_replayed(unit.rejects.to_ledger(&unit.stream, now), &replayed))
+        .transpose()?;
+    if let Some(batch) = ledger.filter(|b| b.num_rows() > 0) {
         let schema = batch.schema();
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         let mut appender = conn.appender_with_columns_to_db("rejects", super::SCHEMA, &names).map_err(db_error)?;
@@ -205,4 +213,28 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layou
         conn.execute(&sql, duckdb::params![unit.stream]).map_err(db_error)?;
     }
     super::state::save_checkpoint(conn, &unit.stream, &unit.checkpoint)
+}
+
+/// The ledger rows of `batch` less those of changes a replay skipped (same table and sequence).
+fn without_replayed(batch: RecordBatch, replayed: &[(&str, Vec<i64>)]) -> Result<RecordBatch> {
+    use arrow::array::{Array, AsArray};
+    if replayed.is_empty() {
+        return Ok(batch);
+    }
+    let tables = batch.column_by_name("table").map(|c| c.as_string::<i32>().clone());
+    let positions = batch.column_by_name("position").map(|c| c.as_primitive::<arrow::datatypes::Int64Type>().clone());
+    let (Some(tables), Some(positions)) = (tables, positions) else {
+        return Ok(batch);
+    };
+    let keep: arrow::array::BooleanArray = (0..batch.num_rows())
+        .map(|i| {
+            let skipped = !positions.is_null(i)
+                && replayed
+                    .iter()
+                    .any(|(t, seqs)| *t == tables.value(i) && seqs.binary_search(&positions.value(i)).is_ok());
+            Some(!skipped)
+        })
+        .collect();
+    arrow::compute::filter_record_batch(&batch, &keep)
+        .map_err(|e| Error::new(ErrorKind::Fatal, "could not filter the ledger rows").with_source(e))
 }

@@ -102,6 +102,8 @@ pub struct Change {
     pub source_order: Option<String>,
     /// Source database, schema and table.
     pub route: Route,
+    /// Columns the source did not send: the placeholder for an unchanged value.
+    pub unavailable: Vec<String>,
 }
 
 /// The change an event carries, `Ok(None)` for events that change nothing (tombstones,
@@ -119,6 +121,7 @@ pub fn extract(format: Format, event: Value, key: Option<&str>) -> std::result::
                 source: None,
                 source_order: None,
                 route: Route::default(),
+                unavailable: Vec::new(),
             })),
             _ => Err("expected a JSON object".into()),
         },

@@ -30,7 +30,9 @@ impl ColumnBuilder {
             ColumnType::Boolean => Self::Bool(BooleanBuilder::new()),
             ColumnType::Bigint => Self::Int(Int64Builder::new()),
             ColumnType::Double => Self::Float(Float64Builder::new()),
-            ColumnType::Varchar | ColumnType::Json | ColumnType::Uuid => Self::Text(StringBuilder::new()),
+            ColumnType::Varchar | ColumnType::Json | ColumnType::Uuid | ColumnType::Interval => {
+                Self::Text(StringBuilder::new())
+            }
             ColumnType::Timestamp => Self::Micros(TimestampMicrosecondBuilder::new()),
             ColumnType::Time => Self::Time(Time64MicrosecondBuilder::new()),
             ColumnType::Blob => Self::Bytes(BinaryBuilder::new()),

@@ -110,6 +110,7 @@ fn push_snapshot(m: &mut MirrorWrite, seq: i64) {
     m.change_us.push(None);
     m.sources.push(None);
     m.source_orders.push(None);
+    m.unavailable.push(Vec::new());
 }
 
 /// A `COPY` text field without its backslash escapes (`\\`, `\t`, `\n`, `\r`, `\b`, `\f`, `\v`,

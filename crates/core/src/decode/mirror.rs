@@ -9,9 +9,9 @@ use super::change::{Change, Format, extract, render};
 use super::{Ctx, Decoded, Decoder, MetadataConfig, TableBuilder};
 use crate::batch::{ChangeOp, MirrorWrite, Payload, RecordMeta};
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::logical::TYPED_MARK;
+use crate::format::logical::{REASON, TYPED_MARK};
 use crate::rejects::Rejects;
-use crate::schema::{ColumnType, fit};
+use crate::schema::{ColumnType, Fit, fit};
 
 impl Decoder {
     /// Decode one event of a mirror stream into its table's builder, or the ledger.
@@ -51,7 +51,11 @@ impl Decoder {
             }
         };
         let keys = if self.changes.keys.is_empty() { &change.keys } else { &self.changes.keys };
-        let problem = if keys.is_empty() {
+        let truncate = change.op == ChangeOp::Truncate;
+        let problem = if truncate {
+            // A truncate names no key: it is about the whole table.
+            None
+        } else if keys.is_empty() {
             Some("no key columns: set `keys` on the stream, or send the Debezium key as the message key".to_string())
         } else {
             keys.iter()
@@ -67,15 +71,23 @@ impl Decoder {
             }
         };
         let builder = self.builder(&table, builders, order);
-        builder.mirror.get_or_insert_with(|| MirrorWrite {
+        if truncate && builder.schema.columns().is_empty() {
+            // A table with no columns has no rows to remove.
+            return Ok(());
+        }
+        let mirror = builder.mirror.get_or_insert_with(|| MirrorWrite {
             keys: keys.clone(),
             history: self.changes.history,
             ..MirrorWrite::default()
         });
+        if mirror.keys.is_empty() {
+            // A batch that began with a truncate learns its keys from the first keyed change.
+            mirror.keys = keys.clone();
+        }
         // Snapshot rows earlier in this batch become `snapshot` changes of the merge.
         builder.pad_mirror();
         let ctx = Ctx { table: &table, meta, seq };
-        let Change { op, image, before, change_us, source, source_order, .. } = change;
+        let Change { op, image, before, change_us, source, source_order, unavailable, .. } = change;
         let moved_from = before.filter(|b| keys.iter().any(|k| b.get(k.as_str()) != image.get(k.as_str())));
         let source = (source.map(|s| s.to_string()), source_order);
         if let Some(old) = moved_from {
@@ -83,6 +95,9 @@ impl Decoder {
             builder.push_change(&ctx, &self.metadata, &old, (ChangeOp::Delete, false, change_us, &source), out);
         }
         builder.push_change(&ctx, &self.metadata, &image, (op, true, change_us, &source), out);
+        if let Some(m) = builder.mirror.as_mut() {
+            *m.unavailable.last_mut().expect("pushed above") = unavailable;
+        }
         Ok(())
     }
 }
@@ -113,6 +128,7 @@ impl TableBuilder {
             m.change_us.push(change_us);
             m.sources.push(source.0.clone());
             m.source_orders.push(source.1.clone());
+            m.unavailable.push(Vec::new());
         }
     }
 
@@ -124,10 +140,17 @@ impl TableBuilder {
             return;
         };
         let i = self.column(path, ty);
+        if let Some(reason) = inner.get(REASON).and_then(Value::as_str) {
+            // The decoder could not convert it: NULL here, the original value in the ledger.
+            self.store(ctx, i, Fit::Null, None, rejects);
+            let column = &self.schema.columns()[i];
+            rejects.push(ctx.reject(Some(&column.name), Some(column.ty), v.to_string(), reason.to_string()));
+            return;
+        }
         // A typed value is there because the source had one: a JSON `null` in a json/jsonb
         // column is the JSON value null, not a missing value, as in a snapshot's rows.
         let f = match (self.schema.columns()[i].ty, v) {
-            (ColumnType::Json, Value::Null) => crate::schema::Fit::Text("null".into()),
+            (ColumnType::Json, Value::Null) => Fit::Text("null".into()),
             (column, v) => fit(column, v),
         };
         self.store(ctx, i, f, Some(v), rejects);
@@ -136,5 +159,5 @@ impl TableBuilder {
 
 /// Whether an object is a typed value from [`crate::format::logical`].
 pub(super) fn is_marked(inner: &Map<String, Value>) -> bool {
-    inner.len() == 2 && inner.contains_key(TYPED_MARK)
+    inner.contains_key(TYPED_MARK) && (inner.len() == 2 || (inner.len() == 3 && inner.contains_key(REASON)))
 }

@@ -1,6 +1,11 @@
 //! Debezium change events (2.x): `op`, `before`, `after`, `source`, with or without the
 //! `schema`/`payload` wrapper. Covers the Postgres, MySQL, SQL Server, Oracle and MongoDB
 //! connectors; MongoDB's images are extended-JSON strings.
+//!
+//! A truncate (`op: t`) is a change of its own: it empties the table it routes to. A column
+//! holding Debezium's unavailable-value placeholder (an unchanged TOASTed Postgres value, an
+//! Oracle LOB not logged) is left out of the image and named in [`Change::unavailable`]: the
+//! mirror keeps the value it has.
 
 use serde_json::{Map, Value};
 
@@ -20,15 +25,29 @@ pub fn change(event: Value, key: Option<&str>) -> Result<Option<Change>, String>
         Some("u") => ChangeOp::Update,
         Some("d") => ChangeOp::Delete,
         Some("r") => ChangeOp::Snapshot,
-        // Truncates and logical-decoding messages change no row by key.
-        Some("t" | "m") => return Ok(None),
+        Some("t") => ChangeOp::Truncate,
+        // Logical-decoding messages change no row.
+        Some("m") => return Ok(None),
         Some(other) => return Err(format!("unknown Debezium op '{other}'")),
         None => return Err("not a Debezium change event: no \"op\" field".into()),
     };
     let source = payload.remove("source").filter(|s| s.is_object());
-    let mongo = source.as_ref().and_then(|s| s.get("connector")).and_then(Value::as_str) == Some("mongodb");
-    let before = image(payload.remove("before"), schema.as_ref(), "before")?;
-    let after = image(payload.remove("after"), schema.as_ref(), "after")?;
+    let connector = source.as_ref().and_then(|s| s.get("connector")).and_then(Value::as_str);
+    let mongo = connector == Some("mongodb");
+    let binlog = matches!(connector, Some("mysql" | "mariadb"));
+    // A truncate's time and position, for the table it routes to.
+    let change_us = source.as_ref().and_then(change_time).or_else(|| payload.get("ts_ms")?.as_i64()?.checked_mul(1000));
+    let route = source.as_ref().map(route).unwrap_or_default();
+    let source_order = source.as_ref().and_then(source_order);
+    if op == ChangeOp::Truncate {
+        let (image, before, keys, unavailable) = (Map::new(), None, Vec::new(), Vec::new());
+        return Ok(Some(Change { op, image, before, keys, change_us, source, source_order, route, unavailable }));
+    }
+    let before = image(payload.remove("before"), schema.as_ref(), "before", binlog)?.map(|i| i.row);
+    let (after, unavailable) = match image(payload.remove("after"), schema.as_ref(), "after", binlog)? {
+        Some(i) => (Some(i.row), i.held),
+        None => (None, Vec::new()),
+    };
     let keyed = key.map(|k| key_fields(k, mongo)).transpose()?.unwrap_or_default();
     let keys: Vec<String> = keyed.keys().cloned().collect();
     let (image, before) = match op {
@@ -48,11 +67,7 @@ pub fn change(event: Value, key: Option<&str>) -> Result<Option<Change>, String>
             (after, before)
         }
     };
-    // A time too far out for microseconds in an i64 is no time at all.
-    let change_us = source.as_ref().and_then(change_time).or_else(|| payload.get("ts_ms")?.as_i64()?.checked_mul(1000));
-    let route = source.as_ref().map(route).unwrap_or_default();
-    let source_order = source.as_ref().and_then(source_order);
-    Ok(Some(Change { op, image, before, keys, change_us, source, source_order, route }))
+    Ok(Some(Change { op, image, before, keys, change_us, source, source_order, route, unavailable }))
 }
 
 /// The payload and schema of a wrapped event, or the event itself.
@@ -76,9 +91,49 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
+/// Debezium's default `unavailable.value.placeholder`.
+pub const PLACEHOLDER: &str = "__debezium_unavailable_value";
+/// The placeholder in a binary column: its bytes, base64 as the JSON converter writes them.
+const PLACEHOLDER_BASE64: &str = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==";
+/// The placeholder in a UUID array: Java's `UUID.nameUUIDFromBytes` of its bytes.
+const PLACEHOLDER_UUID: &str = "b68a35a7-17ad-35b3-af2a-ae46edb4545a";
+
+/// Whether `v` is the placeholder in one of the forms Debezium's Postgres connector gives it
+/// (`UnchangedToastedPlaceholder`): text, bytes (base64), a text, bytea or UUID array holding
+/// only it, an integer array of its bytes, an hstore map of it to itself.
+fn is_placeholder(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s == PLACEHOLDER || s == PLACEHOLDER_BASE64,
+        Value::Array(items) => match items.as_slice() {
+            [Value::String(s)] => s == PLACEHOLDER || s == PLACEHOLDER_BASE64 || s == PLACEHOLDER_UUID,
+            items => {
+                items.len() == PLACEHOLDER.len()
+                    && items.iter().zip(PLACEHOLDER.bytes()).all(|(i, b)| i.as_u64() == Some(u64::from(b)))
+            }
+        },
+        Value::Object(m) => m.len() == 1 && m.get(PLACEHOLDER).and_then(Value::as_str) == Some(PLACEHOLDER),
+        _ => false,
+    }
+}
+
+/// Take the placeholder columns out of an image; their names.
+fn unavailable(image: &mut Map<String, Value>) -> Vec<String> {
+    let names: Vec<String> = image.iter().filter(|(_, v)| is_placeholder(v)).map(|(k, _)| k.clone()).collect();
+    for name in &names {
+        image.remove(name);
+    }
+    names
+}
+
+/// A row image and the columns that held the placeholder.
+struct Image {
+    row: Map<String, Value>,
+    held: Vec<String>,
+}
+
 /// A row image: an object, or MongoDB's extended-JSON string; with a schema, logical types
-/// become their values.
-fn image(v: Option<Value>, schema: Option<&Value>, field: &str) -> Result<Option<Map<String, Value>>, String> {
+/// become their values. Placeholder columns are taken out and named beside it.
+fn image(v: Option<Value>, schema: Option<&Value>, field: &str, binlog: bool) -> Result<Option<Image>, String> {
     let mut image = match v {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Object(m)) => m,
@@ -88,13 +143,15 @@ fn image(v: Option<Value>, schema: Option<&Value>, field: &str) -> Result<Option
         },
         Some(other) => return Err(format!("`{field}` must be an object, not {}", kind(&other))),
     };
+    // The placeholder is not a value of the column's type: it goes before any conversion.
+    let held = unavailable(&mut image);
     for value in image.values_mut() {
         super::extended_json::simplify(value);
     }
     if let Some(fields) = schema.and_then(|s| super::logical::fields_of(s, field)) {
-        super::logical::apply(&mut image, fields)?;
+        super::logical::apply(&mut image, fields, binlog)?;
     }
-    Ok(Some(image))
+    Ok(Some(Image { row: image, held }))
 }
 
 /// The key's fields: the message key (JSON, maybe wrapped). MongoDB keys name `id` and hold

@@ -1,5 +1,15 @@
 //! Debezium's logical types, when the event carries its schema: the wire value (epoch days,
 //! base64 unscaled decimals, …) becomes the value users expect.
+//!
+//! Column types are decided per logical type, never from the first value seen:
+//! - `MicroTime`, `NanoTime` and `Time` from a MySQL or MariaDB connector are a `TIME` column
+//!   there, which is a duration (-838:59:59 to 838:59:59): always `INTERVAL`. From the other
+//!   connectors they are a time of day: `TIME`.
+//! - `VariableScaleDecimal` (an unconstrained `numeric`: any precision, a scale per value) is
+//!   `VARCHAR` holding the exact decimal text; no `DECIMAL(p,s)` holds every value.
+//!
+//! A value that cannot be converted becomes NULL in its column, with a ledger row for that
+//! column; the rest of the change is applied.
 
 use serde_json::{Map, Value};
 
@@ -10,8 +20,9 @@ pub fn fields_of<'a>(schema: &'a Value, field: &str) -> Option<&'a Vec<Value>> {
     image.get("fields")?.as_array()
 }
 
-/// Convert every field of `image` whose schema names a logical type.
-pub fn apply(image: &mut Map<String, Value>, fields: &[Value]) -> Result<(), String> {
+/// Convert every field of `image` whose schema names a logical type; `binlog` when the event
+/// comes from a MySQL or MariaDB connector.
+pub fn apply(image: &mut Map<String, Value>, fields: &[Value], binlog: bool) -> Result<(), String> {
     for f in fields {
         let (Some(name), Some(logical)) =
             (f.get("field").and_then(Value::as_str), f.get("name").and_then(Value::as_str))
@@ -22,29 +33,67 @@ pub fn apply(image: &mut Map<String, Value>, fields: &[Value]) -> Result<(), Str
         if value.is_null() {
             continue;
         }
-        let converted =
-            convert(logical, value, f.get("parameters")).map_err(|why| format!("field `{name}` ({logical}): {why}"))?;
-        if let Some(v) = converted {
-            *value = v;
+        match convert(logical, value, f.get("parameters"), binlog) {
+            Ok(Some(v)) => *value = v,
+            Ok(None) => {}
+            Err(why) => match fallback_type(logical, f.get("parameters"), binlog) {
+                // NULL in its column plus a ledger row; the rest of the change still applies.
+                Some(ty) => {
+                    let reason = format!("{logical}: {why}");
+                    *value = serde_json::json!({ TYPED_MARK: value.take(), "type": ty, REASON: reason });
+                }
+                None => return Err(format!("field `{name}` ({logical}): {why}")),
+            },
         }
     }
     Ok(())
 }
 
-fn convert(logical: &str, value: &Value, parameters: Option<&Value>) -> Result<Option<Value>, String> {
+/// The column type of a logical type whose value could not be converted, where it has one.
+fn fallback_type(logical: &str, parameters: Option<&Value>, binlog: bool) -> Option<String> {
+    Some(match logical {
+        "org.apache.kafka.connect.data.Decimal" => {
+            format!("DECIMAL(38,{})", scale_of(parameters).filter(|s| *s <= 38)?)
+        }
+        "io.debezium.data.VariableScaleDecimal" => "VARCHAR".into(),
+        "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => "DATE".into(),
+        "io.debezium.time.Timestamp"
+        | "org.apache.kafka.connect.data.Timestamp"
+        | "io.debezium.time.MicroTimestamp"
+        | "io.debezium.time.NanoTimestamp" => "TIMESTAMP".into(),
+        "io.debezium.time.Time"
+        | "org.apache.kafka.connect.data.Time"
+        | "io.debezium.time.MicroTime"
+        | "io.debezium.time.NanoTime" => (if binlog { "INTERVAL" } else { "TIME" }).into(),
+        _ => return None,
+    })
+}
+
+fn scale_of(parameters: Option<&Value>) -> Option<u32> {
+    parameters
+        .and_then(|p| p.get("scale"))
+        .and_then(|s| s.as_str().map(str::to_string).or_else(|| s.as_i64().map(|i| i.to_string())))
+        .and_then(|s| s.parse::<u32>().ok())
+}
+
+fn convert(logical: &str, value: &Value, parameters: Option<&Value>, binlog: bool) -> Result<Option<Value>, String> {
     let int = || value.as_i64().ok_or("expected an integer");
+    // A MySQL/MariaDB TIME is a duration; elsewhere a time is a time of day.
+    let time = |us: i64| -> Result<Value, String> {
+        if binlog { Ok(typed(duration(us), "INTERVAL")) } else { Ok(typed(time_of_day(us)?, "TIME")) }
+    };
     Ok(Some(match logical {
         "org.apache.kafka.connect.data.Decimal" => {
-            let scale = parameters
-                .and_then(|p| p.get("scale"))
-                .and_then(|s| s.as_str().map(str::to_string).or_else(|| s.as_i64().map(|i| i.to_string())))
-                .and_then(|s| s.parse::<u32>().ok())
-                .ok_or("no scale parameter")?;
+            let scale = scale_of(parameters).ok_or("no scale parameter")?;
             decimal(value.as_str().ok_or("expected base64 text")?, scale)?
         }
         "io.debezium.data.VariableScaleDecimal" => {
-            let scale = value.get("scale").and_then(Value::as_u64).ok_or("no scale")? as u32;
-            decimal(value.get("value").and_then(Value::as_str).ok_or("no value")?, scale)?
+            let scale = value.get("scale").and_then(Value::as_u64).ok_or("no scale")?;
+            let scale = u32::try_from(scale).map_err(|_| "scale out of range")?;
+            typed(
+                Value::String(exact_decimal(value.get("value").and_then(Value::as_str).ok_or("no value")?, scale)?),
+                "VARCHAR",
+            )
         }
         "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => {
             let day = i32::try_from(int()?)
@@ -61,10 +110,10 @@ fn convert(logical: &str, value: &Value, parameters: Option<&Value>) -> Result<O
         "io.debezium.time.NanoTimestamp" => typed(naive(int()? / 1000)?, "TIMESTAMP"),
         "io.debezium.time.ZonedTimestamp" => typed(value.clone(), "TIMESTAMPTZ"),
         "io.debezium.time.Time" | "org.apache.kafka.connect.data.Time" => {
-            typed(time_of_day(int()?.checked_mul(1000).ok_or("time out of range")?)?, "TIME")
+            time(int()?.checked_mul(1000).ok_or("time out of range")?)?
         }
-        "io.debezium.time.MicroTime" => typed(time_of_day(int()?)?, "TIME"),
-        "io.debezium.time.NanoTime" => typed(time_of_day(int()? / 1000)?, "TIME"),
+        "io.debezium.time.MicroTime" => time(int()?)?,
+        "io.debezium.time.NanoTime" => time(int()? / 1000)?,
         "io.debezium.data.Uuid" => typed(value.clone(), "UUID"),
         "io.debezium.data.Json" => match value.as_str() {
             // Kept as one JSON value (see `JSON_MARK`), not flattened into columns.
@@ -77,6 +126,9 @@ fn convert(logical: &str, value: &Value, parameters: Option<&Value>) -> Result<O
 
 /// Wraps a value with the column type it must land in; the decoder unwraps it.
 pub const TYPED_MARK: &str = "\u{0}sluice-typed";
+/// Beside [`TYPED_MARK`]: the value could not be converted, for this reason; the column gets
+/// NULL and the ledger a row.
+pub const REASON: &str = "reason";
 
 fn typed(value: Value, ty: &str) -> Value {
     serde_json::json!({ TYPED_MARK: value, "type": ty })
@@ -114,7 +166,75 @@ fn naive(us: i64) -> Result<Value, String> {
     Ok(Value::String(t.naive_utc().format("%Y-%m-%dT%H:%M:%S%.f").to_string()))
 }
 
+/// Microseconds as a signed duration text, `[-]H:MM:SS.ffffff`, any number of hours.
+fn duration(us: i64) -> Value {
+    let sign = if us < 0 { "-" } else { "" };
+    let us = us.unsigned_abs();
+    let (secs, micros) = (us / 1_000_000, us % 1_000_000);
+    Value::String(format!("{sign}{}:{:02}:{:02}.{micros:06}", secs / 3600, secs / 60 % 60, secs % 60))
+}
+
+/// The longest unscaled value taken: 2,048 bytes, about 4,900 digits.
+const MAX_UNSCALED_BYTES: usize = 2048;
+/// The largest scale taken: Postgres' largest `numeric` scale.
+const MAX_SCALE: u32 = 16_383;
+
+/// An unscaled big-endian two's-complement integer of up to [`MAX_UNSCALED_BYTES`] (base64) with `scale`, as
+/// exact decimal text.
+fn exact_decimal(b64: &str, scale: u32) -> Result<String, String> {
+    use base64::Engine;
+    let mut bytes = base64::engine::general_purpose::STANDARD.decode(b64).map_err(|_| "bad base64")?;
+    if bytes.is_empty() || bytes.len() > MAX_UNSCALED_BYTES {
+        return Err(format!("the unscaled value must be 1 to {MAX_UNSCALED_BYTES} bytes"));
+    }
+    if scale > MAX_SCALE {
+        return Err(format!("a scale above {MAX_SCALE} (Postgres' largest)"));
+    }
+    let negative = bytes[0] & 0x80 != 0;
+    if negative {
+        // Two's complement: invert and add one for the magnitude.
+        for b in bytes.iter_mut() {
+            *b = !*b;
+        }
+        for b in bytes.iter_mut().rev() {
+            let (v, carry) = b.overflowing_add(1);
+            *b = v;
+            if !carry {
+                break;
+            }
+        }
+    }
+    // Base 256 to base 10 by repeated division.
+    let mut digits = Vec::new();
+    while bytes.iter().any(|b| *b != 0) {
+        let mut rem = 0u32;
+        for b in bytes.iter_mut() {
+            let cur = (rem << 8) | u32::from(*b);
+            *b = (cur / 10) as u8;
+            rem = cur % 10;
+        }
+        digits.push(b'0' + rem as u8);
+    }
+    if digits.is_empty() {
+        digits.push(b'0');
+    }
+    digits.reverse();
+    let digits = String::from_utf8(digits).expect("ASCII digits");
+    let scale = scale as usize;
+    let text = if scale == 0 {
+        digits
+    } else if digits.len() > scale {
+        format!("{}.{}", &digits[..digits.len() - scale], &digits[digits.len() - scale..])
+    } else {
+        format!("0.{}{digits}", "0".repeat(scale - digits.len()))
+    };
+    Ok(if negative { format!("-{text}") } else { text })
+}
+
 fn time_of_day(us: i64) -> Result<Value, String> {
+    if !(0..86_400_000_000).contains(&us) {
+        return Err("time of day out of range".into());
+    }
     let t = chrono::NaiveTime::from_num_seconds_from_midnight_opt(
         (us / 1_000_000) as u32,
         ((us % 1_000_000) * 1000) as u32,

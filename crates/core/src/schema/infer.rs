@@ -136,6 +136,8 @@ pub fn fit(ty: ColumnType, value: &Value) -> Fit<'_> {
         },
         (ColumnType::Uuid, Value::String(s)) if is_uuid(s) => Fit::Text(Cow::Borrowed(s)),
         (ColumnType::Uuid, _) => Fit::Misfit("not a UUID"),
+        (ColumnType::Interval, Value::String(s)) if is_duration(s) => Fit::Text(Cow::Borrowed(s)),
+        (ColumnType::Interval, _) => Fit::Misfit("not a duration ([-]H:MM:SS[.ffffff])"),
         (ColumnType::Blob, Value::String(s)) => match s.strip_prefix("\\x").and_then(hex_bytes) {
             Some(bytes) => Fit::Bytes(bytes),
             None => Fit::Misfit("not \\x-prefixed hex bytes"),
@@ -202,13 +204,28 @@ pub fn fit_text(ty: ColumnType, text: &str) -> Fit<'_> {
         ColumnType::Decimal(precision, scale) => decimal(text, precision, scale),
         ColumnType::Uuid if is_uuid(text) => Fit::Text(Cow::Borrowed(text)),
         ColumnType::Uuid => Fit::Misfit("not a UUID"),
-        ColumnType::Time | ColumnType::Blob => fit(ty, &Value::String(text.to_string())).into_owned(),
+        ColumnType::Time | ColumnType::Blob | ColumnType::Interval => {
+            fit(ty, &Value::String(text.to_string())).into_owned()
+        }
         // The list arrives as JSON text (`to_json` of a Postgres array).
         ColumnType::List(_) => match serde_json::from_str::<Value>(text) {
             Ok(v) => fit(ty, &v).into_owned(),
             Err(_) => Fit::Misfit("not a JSON array"),
         },
     }
+}
+
+/// Whether `s` is `[-]H:MM:SS[.ffffff]`: the duration text Debezium's times become.
+fn is_duration(s: &str) -> bool {
+    let s = s.strip_prefix('-').unwrap_or(s);
+    let (whole, fraction) = s.split_once('.').unwrap_or((s, "0"));
+    let mut parts = whole.split(':');
+    let (Some(h), Some(m), Some(sec), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let digits =
+        |t: &str, n: std::ops::RangeInclusive<usize>| n.contains(&t.len()) && t.bytes().all(|b| b.is_ascii_digit());
+    digits(h, 1..=9) && digits(m, 2..=2) && digits(sec, 2..=2) && digits(fraction, 1..=6) && m < "60" && sec < "60"
 }
 
 /// Whether one JSON array item fits a list of `item`s (NULL always does).

@@ -36,6 +36,9 @@ pub enum ColumnType {
     Time,
     /// UUID (Debezium's `Uuid`).
     Uuid,
+    /// A duration (a MySQL/MariaDB `TIME`, through Debezium's `MicroTime`), from
+    /// `[-]H:MM:SS[.ffffff]` text with any number of hours.
+    Interval,
     /// Bytes (Postgres `bytea`, sent as `\x` hex).
     Blob,
     /// A list of scalars (a Postgres one-dimensional array), from a JSON array.
@@ -91,6 +94,7 @@ impl ColumnType {
             Self::Timestamp => "TIMESTAMP",
             Self::Time => "TIME",
             Self::Uuid => "UUID",
+            Self::Interval => "INTERVAL",
             Self::Blob => "BLOB",
             Self::Decimal(precision, scale) => {
                 return std::borrow::Cow::Owned(format!("DECIMAL({precision},{scale})"));
@@ -113,6 +117,7 @@ impl ColumnType {
             "TIMESTAMP" => Self::Timestamp,
             "TIME" => Self::Time,
             "UUID" => Self::Uuid,
+            "INTERVAL" => Self::Interval,
             "BLOB" => Self::Blob,
             "BOOLEAN[]" => Self::List(Scalar::Boolean),
             "BIGINT[]" => Self::List(Scalar::Bigint),
@@ -135,8 +140,8 @@ impl ColumnType {
             Self::Boolean => DataType::Boolean,
             Self::Bigint => DataType::Int64,
             Self::Double => DataType::Float64,
-            // The appender casts text to UUID.
-            Self::Varchar | Self::Json | Self::Uuid => DataType::Utf8,
+            // The appender casts text to UUID and INTERVAL.
+            Self::Varchar | Self::Json | Self::Uuid | Self::Interval => DataType::Utf8,
             Self::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
             Self::Time => DataType::Time64(TimeUnit::Microsecond),
             Self::Blob => DataType::Binary,
