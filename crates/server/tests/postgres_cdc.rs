@@ -397,3 +397,47 @@ async fn a_keyless_table_with_jsonb_is_matched_on_its_whole_row() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_keyless_table_follows_rows_with_nulls_and_an_added_column() {
+    let pg = Postgres::start();
+    pg.sql(
+        "CREATE TABLE kn (id int, v text, d date); ALTER TABLE kn REPLICA IDENTITY FULL;
+         INSERT INTO kn VALUES (1, 'a', NULL), (2, 'b', '2024-01-01');
+         CREATE TABLE kp (id int PRIMARY KEY, v text);
+         INSERT INTO kp VALUES (1, 'keyed');",
+    );
+    let dir = DataDir::new("pg-keyless-null");
+    let server = Server::start(&dir.0).await;
+    let src = source(&pg, &["public.kn", "public.kp"]);
+    server.create_stream(json!({"name": "k", "table": "[table]", "source": src})).await;
+    wait_rows(&server, "kn", 2, Duration::from_secs(60)).await;
+    // Rows with a NULL are found again (matched NULL-safe on the whole image); a column added at
+    // the source widens the image, old rows included.
+    pg.sql(
+        "INSERT INTO kn VALUES (3, 'c', NULL);
+         UPDATE kn SET v = 'cc' WHERE id = 3;
+         UPDATE kn SET v = 'aa' WHERE id = 1;
+         ALTER TABLE kn ADD COLUMN extra int;
+         UPDATE kn SET v = 'bb', extra = 7 WHERE id = 2;
+         DELETE FROM kn WHERE id = 1;
+         INSERT INTO kn VALUES (4, NULL, NULL, NULL);
+         UPDATE kp SET v = 'still keyed' WHERE id = 1;",
+    );
+    let want =
+        pg.lines("SELECT id, coalesce(v, '-'), coalesce(d::text, '-'), coalesce(extra::text, '-') FROM kn ORDER BY id");
+    wait_until("the keyless mirror to match", Duration::from_secs(60), || async {
+        server
+            .lines(
+                "SELECT id::VARCHAR, coalesce(v, '-'), coalesce(d::VARCHAR, '-'), coalesce(extra::VARCHAR, '-') \
+                 FROM kn ORDER BY id",
+            )
+            .await
+            == want
+            && server.lines("SELECT v FROM kp").await == ["still keyed"]
+    })
+    .await;
+    let (_, stream) = server.get("/api/streams/k").await;
+    assert_eq!(stream["metrics"]["state"], "running", "{stream}");
+    assert_eq!(server.sql("SELECT count(*) AS n FROM sluice.rejects").await[0]["n"], 0);
+}

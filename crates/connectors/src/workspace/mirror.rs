@@ -115,16 +115,21 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
             let key_cols = keys.join(", ");
             let on_stage: Vec<String> = keys.iter().map(|k| format!("p.{k} IS NOT DISTINCT FROM s.{k}")).collect();
             let on_stage = on_stage.join(" AND ");
-            sql.push_str(&format!(
+            conn.execute_batch(&format!(
                 "CREATE TABLE IF NOT EXISTS sluice.{positions} AS SELECT {key_cols}, NULL::VARCHAR AS _source_order \
-                 FROM main.{table} LIMIT 0;
-                 DELETE FROM sluice.{STAGE} s USING sluice.{positions} p \
+                 FROM main.{table} LIMIT 0;"
+            ))
+            .map_err(db_error)?;
+            // A keyless table's key is its whole row, which grows with ADD COLUMN.
+            add_key_columns(conn, &write.table, &mirror.keys)?;
+            sql.push_str(&format!(
+                "DELETE FROM sluice.{STAGE} s USING sluice.{positions} p \
                  WHERE {on_stage} AND s.__so IS NOT NULL AND p._source_order >= s.__so AND s.__op <> '{truncate}';
                  DELETE FROM sluice.{STAGE} WHERE __so IS NOT NULL AND rowid NOT IN \
                  (SELECT min(rowid) FROM sluice.{STAGE} GROUP BY {partition}, __so, __rec);
                  DELETE FROM sluice.{positions} p USING sluice.{STAGE} s \
                  WHERE {on_stage} AND s.__so IS NOT NULL AND s.__op <> '{truncate}';
-                 INSERT INTO sluice.{positions} SELECT {key_cols}, max(__so) FROM sluice.{STAGE} \
+                 INSERT INTO sluice.{positions} ({key_cols}, _source_order) SELECT {key_cols}, max(__so) FROM sluice.{STAGE} \
                  WHERE __so IS NOT NULL AND __op <> '{truncate}' GROUP BY {key_cols};"
             ));
         }
@@ -171,6 +176,30 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
 }
 
 /// Whether `sluice.<name>` exists.
+/// Give the positions table of `table` every key column it lacks, typed as in the table.
+fn add_key_columns(conn: &Connection, table: &str, keys: &[String]) -> Result<()> {
+    let columns = |schema: &str, name: &str| -> Result<Vec<(String, String)>> {
+        let mut stmt = conn
+            .prepare("SELECT column_name, data_type FROM duckdb_columns() WHERE schema_name = ? AND table_name = ?")
+            .map_err(db_error)?;
+        let rows = stmt.query_map([schema, name], |r| Ok((r.get(0)?, r.get(1)?))).map_err(db_error)?;
+        rows.collect::<std::result::Result<Vec<_>, _>>().map_err(db_error)
+    };
+    let have = columns(super::SCHEMA, &positions_table(table))?;
+    let types = columns("main", table)?;
+    for key in keys.iter().filter(|k| !have.iter().any(|(name, _)| name == *k)) {
+        if let Some((_, ty)) = types.iter().find(|(name, _)| name == key) {
+            conn.execute_batch(&format!(
+                "ALTER TABLE sluice.{} ADD COLUMN {} {ty}",
+                quote(&positions_table(table)),
+                quote(key)
+            ))
+            .map_err(db_error)?;
+        }
+    }
+    Ok(())
+}
+
 fn exists(conn: &Connection, name: &str) -> Result<bool> {
     let n: i64 = conn
         .query_row(

@@ -58,8 +58,12 @@ impl Decoder {
         } else if keys.is_empty() {
             Some("no key columns: set `keys` on the stream, or send the Debezium key as the message key".to_string())
         } else {
+            // Keys the event names itself may hold NULL: a primary key cannot, so such a key is a
+            // whole row (a table without one, REPLICA IDENTITY FULL), matched NULL-safe. Keys the
+            // stream configures must have a value.
+            let null_ok = self.changes.keys.is_empty();
             keys.iter()
-                .find(|k| change.image.get(k.as_str()).is_none_or(Value::is_null))
+                .find(|k| change.image.get(k.as_str()).is_none_or(|v| v.is_null() && !null_ok))
                 .map(|k| format!("key column `{k}` is missing or null"))
         };
         let table = match (problem, render(&self.table, meta.route.as_deref(), &change.route)) {
