@@ -441,3 +441,37 @@ async fn a_keyless_table_follows_rows_with_nulls_and_an_added_column() {
     assert_eq!(stream["metrics"]["state"], "running", "{stream}");
     assert_eq!(server.sql("SELECT count(*) AS n FROM sluice.rejects").await[0]["n"], 0);
 }
+
+#[tokio::test]
+async fn a_keyless_snapshot_with_arrays_and_nulls_resumes_after_kill_9() {
+    let pg = Postgres::start();
+    pg.sql(
+        "CREATE TABLE fa (id int, tags text[], d date); ALTER TABLE fa REPLICA IDENTITY FULL;
+         INSERT INTO fa SELECT g % 50000, ARRAY['x', 'y' || (g % 3)], CASE WHEN g % 2 = 0 THEN NULL ELSE DATE '2024-01-01' + g % 365 END
+           FROM generate_series(1, 100000) g;
+         CREATE TABLE fk (id int PRIMARY KEY, v text);
+         INSERT INTO fk SELECT g, 'v' || g FROM generate_series(1, 3000) g;",
+    );
+    let dir = DataDir::new("pg-keyless-snapshot");
+    let mut server = Server::start(&dir.0).await;
+    let mut src = source(&pg, &["public.fa", "public.fk"]);
+    src["snapshot_chunk_rows"] = json!(400);
+    server.create_stream(json!({"name": "k", "table": "[table]", "source": src, "flush": {"max_wait_ms": 20}})).await;
+    // Chunks of a table with duplicates, arrays and NULLs, past the first one.
+    wait_rows(&server, "fa", 2000, Duration::from_secs(60)).await;
+    let seen = rows(&server, "fa").await;
+    server.kill9();
+    assert!(seen < 100_000, "the kill came after the snapshot ({seen} rows): it tests nothing");
+    server = Server::start(&dir.0).await;
+    let want = pg.lines("SELECT count(*), count(DISTINCT id), count(d), sum(array_length(tags, 1)) FROM fa");
+    wait_until("the keyless copy to finish again", Duration::from_secs(120), || async {
+        server
+            .lines("SELECT count(*)::VARCHAR, count(DISTINCT id)::VARCHAR, count(d)::VARCHAR, sum(len(tags))::VARCHAR FROM fa")
+            .await
+            == want
+    })
+    .await;
+    wait_rows(&server, "fk", 3000, Duration::from_secs(60)).await;
+    let (_, stream) = server.get("/api/streams/k").await;
+    assert_eq!(stream["metrics"]["state"], "running", "{stream}");
+}

@@ -91,8 +91,14 @@ impl Cdc {
             }
             let (schema, name) = table.split_once('.').ok_or_else(|| Error::new(ErrorKind::Config, "bad table"))?;
             let relation = relation(&client, &mut types, schema, name).await?;
+            // A table whose key is its whole row (no primary key: REPLICA IDENTITY FULL) is paged
+            // by ctid inside this snapshot, not by a row comparison, which NULLs, duplicates and
+            // some types defeat. A ctid means nothing in another snapshot, so after a restart
+            // such a table is copied again from its start, its earlier rows cleared.
+            let whole_row = relation.key.len() == relation.columns.len();
             let mut after: Option<Vec<String>> =
-                progress.copying.as_ref().filter(|(t, _)| t == table).map(|(_, k)| k.clone());
+                progress.copying.as_ref().filter(|(t, _)| t == table && !whole_row).map(|(_, k)| k.clone());
+            let mut after_tid: Option<String> = None;
             tracing::info!(table = %table, after = ?after, "Copying.");
             let spec = copy_columns(&relation);
             let exprs: Vec<&str> = spec.iter().map(|c| c.2.as_str()).collect();
@@ -103,8 +109,10 @@ impl Cdc {
             let keys: Vec<String> = relation.key.iter().map(|k| format!("t.{}", quote_ident(k))).collect();
             let mut limit = self.config.snapshot_chunk_rows.min(2_000);
             loop {
-                let filter = match &after {
-                    Some(last) => {
+                let filter = match (&after, &after_tid) {
+                    (_, Some(tid)) if whole_row => format!("WHERE t.ctid > {}::tid", quote_literal(tid)),
+                    _ if whole_row => String::new(),
+                    (Some(last), _) => {
                         let values: Vec<String> = last.iter().map(|v| quote_literal(v)).collect();
                         let casts: Vec<String> = relation
                             .key
@@ -114,14 +122,15 @@ impl Cdc {
                             .collect();
                         format!("WHERE ({}) > ({})", keys.join(", "), casts.join(", "))
                     }
-                    None => String::new(),
+                    (None, _) => String::new(),
                 };
+                let order = if whole_row { "t.ctid".to_string() } else { keys.join(", ") };
                 let sql = format!(
                     "COPY (SELECT {} FROM {}.{} AS t {filter} ORDER BY {} LIMIT {}) TO STDOUT",
                     exprs.join(", "),
                     quote_ident(schema),
                     quote_ident(name),
-                    keys.join(", "),
+                    order,
                     limit
                 );
                 let stream = client.copy_out(&sql).await.map_err(|e| sql_error(&format!("copying {table}"), &e))?;
@@ -134,6 +143,18 @@ impl Cdc {
                 let count = lines.len();
                 tracing::debug!(table = %table, rows = count, "Copied a chunk.");
                 let last = lines.last().and_then(|line| last_key(line, &key_fields));
+                let last_tid = if whole_row && !lines.is_empty() {
+                    let sql = format!(
+                        "SELECT max(ctid)::text FROM (SELECT t.ctid FROM {}.{} AS t {filter} ORDER BY t.ctid LIMIT {limit}) s",
+                        quote_ident(schema),
+                        quote_ident(name)
+                    );
+                    let row =
+                        client.query_one(&sql, &[]).await.map_err(|e| sql_error(&format!("copying {table}"), &e))?;
+                    row.get::<_, Option<String>>(0)
+                } else {
+                    None
+                };
                 let records = vec![Record {
                     payload: Payload::Copy(CopyRows {
                         columns: columns.clone(),
@@ -141,7 +162,7 @@ impl Cdc {
                         db: self.config.database.clone(),
                         schema: schema.to_string(),
                         table: name.to_string(),
-                        clear: after.is_none(),
+                        clear: after.is_none() && after_tid.is_none(),
                         rows: lines,
                     }),
                     meta: RecordMeta {
@@ -158,6 +179,9 @@ impl Cdc {
                 if done {
                     progress.copied.push(table.clone());
                     progress.copying = None;
+                } else if whole_row {
+                    // Marks the table as begun: a restart copies it again from its start.
+                    progress.copying = Some((table.clone(), Vec::new()));
                 } else {
                     progress.copying = last.clone().map(|k| (table.clone(), k));
                 }
@@ -174,6 +198,7 @@ impl Cdc {
                     break;
                 }
                 after = last;
+                after_tid = last_tid;
             }
         }
         self.metrics.set_source("snapshot_percent", 100.0);
