@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::batch::ChangeOp;
+use crate::batch::{ChangeOp, Payload};
 use crate::error::{Error, Result};
 use crate::format::debezium;
 
@@ -144,4 +144,27 @@ pub fn render(template: &str, star: Option<&str>, route: &Route) -> std::result:
         out = out.replace('*', star);
     }
     Ok(out)
+}
+
+/// A Debezium event pushed with its message key, as Kafka Connect's JSON converter writes the
+/// pair: `{"key": …, "value": …}` (the key as JSON, or as its text). Anything else is
+/// handed back as it is.
+pub(super) fn keyed_pair(format: Format, payload: Payload) -> (Option<String>, Payload) {
+    match payload {
+        Payload::Json(Value::Object(mut pair))
+            if format == Format::Debezium
+                && pair.len() == 2
+                && pair.contains_key("key")
+                && pair.contains_key("value") =>
+        {
+            let value = pair.remove("value").unwrap_or(Value::Null);
+            let key = match pair.remove("key") {
+                Some(Value::String(text)) => text,
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            (Some(key), Payload::Json(value))
+        }
+        other => (None, other),
+    }
 }

@@ -1,6 +1,10 @@
 //! The optional metadata columns a stream can add to each row.
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::batch::RecordMeta;
+use crate::schema::Fit;
 
 /// Optional metadata columns, per stream.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -30,4 +34,40 @@ pub struct MetadataConfig {
     pub partition_key: bool,
     /// `_arrival_time` TIMESTAMPTZ: when Kinesis accepted the record.
     pub arrival_time: bool,
+}
+
+/// A text value, or NULL.
+pub(super) fn text(v: Option<&str>) -> Fit<'_> {
+    v.map_or(Fit::Null, |t| Fit::Text(t.into()))
+}
+
+pub(super) fn source_coordinates(meta: &RecordMeta) -> Option<Value> {
+    if meta.topic.is_none()
+        && meta.partition.is_none()
+        && meta.offset.is_none()
+        && meta.route.is_none()
+        && meta.shard.is_none()
+    {
+        return None;
+    }
+    let mut m = Map::new();
+    if let Some(r) = &meta.route {
+        m.insert("route".into(), Value::from(r.as_str()));
+    }
+    if let Some(t) = &meta.topic {
+        m.insert("topic".into(), Value::from(t.as_str()));
+    }
+    if let Some(p) = meta.partition {
+        m.insert("partition".into(), Value::from(p));
+    }
+    if let Some(o) = meta.offset {
+        m.insert("offset".into(), Value::from(o));
+    }
+    if let Some(shard) = &meta.shard {
+        m.insert("shard".into(), Value::from(shard.as_str()));
+    }
+    if let Some(seq) = &meta.sequence {
+        m.insert("sequence_number".into(), Value::from(seq.as_str()));
+    }
+    Some(Value::Object(m))
 }

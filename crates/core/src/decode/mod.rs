@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 pub use change::{ChangeConfig, Format, Mode};
 pub use copy::unescape as unescape_copy_field;
 pub use metadata::MetadataConfig;
+use metadata::{source_coordinates, text};
 pub use names::MAX_NAME_BYTES;
 use names::{bad_name, truncated};
 
@@ -117,7 +118,7 @@ impl Decoder {
                     out.rejects.push(ctx.reject(Some(&field), None, earlier.to_string(), reason));
                 }
                 if self.changes.mode == Mode::Mirror {
-                    match self.keyed_pair(payload) {
+                    match change::keyed_pair(self.changes.format, payload) {
                         (Some(key), value) => {
                             let meta = RecordMeta { key: Some(key), ..record.meta.clone() };
                             self.change_event(&meta, value, seq, &mut builders, &mut order, &mut out)?;
@@ -162,29 +163,6 @@ impl Decoder {
         Ok((out, pending))
     }
 
-    /// A Debezium event pushed with its message key, as Kafka Connect's JSON converter writes the
-    /// pair: `{"key": …, "value": …}` (the key as JSON, or as its text). Anything else is
-    /// handed back as it is.
-    fn keyed_pair(&self, payload: Payload) -> (Option<String>, Payload) {
-        match payload {
-            Payload::Json(Value::Object(mut pair))
-                if self.changes.format == Format::Debezium
-                    && pair.len() == 2
-                    && pair.contains_key("key")
-                    && pair.contains_key("value") =>
-            {
-                let value = pair.remove("value").unwrap_or(Value::Null);
-                let key = match pair.remove("key") {
-                    Some(Value::String(text)) => text,
-                    Some(other) => other.to_string(),
-                    None => String::new(),
-                };
-                (Some(key), Payload::Json(value))
-            }
-            other => (None, other),
-        }
-    }
-
     /// The builder of `table` within one decode, started from the table's known schema.
     fn builder<'b>(
         &self,
@@ -212,42 +190,6 @@ impl Decoder {
 #[derive(Debug, Default)]
 pub struct Pending {
     schemas: Vec<(String, TableSchema)>,
-}
-
-/// A text value, or NULL.
-fn text(v: Option<&str>) -> Fit<'_> {
-    v.map_or(Fit::Null, |t| Fit::Text(t.into()))
-}
-
-fn source_coordinates(meta: &RecordMeta) -> Option<Value> {
-    if meta.topic.is_none()
-        && meta.partition.is_none()
-        && meta.offset.is_none()
-        && meta.route.is_none()
-        && meta.shard.is_none()
-    {
-        return None;
-    }
-    let mut m = Map::new();
-    if let Some(r) = &meta.route {
-        m.insert("route".into(), Value::from(r.as_str()));
-    }
-    if let Some(t) = &meta.topic {
-        m.insert("topic".into(), Value::from(t.as_str()));
-    }
-    if let Some(p) = meta.partition {
-        m.insert("partition".into(), Value::from(p));
-    }
-    if let Some(o) = meta.offset {
-        m.insert("offset".into(), Value::from(o));
-    }
-    if let Some(shard) = &meta.shard {
-        m.insert("shard".into(), Value::from(shard.as_str()));
-    }
-    if let Some(seq) = &meta.sequence {
-        m.insert("sequence_number".into(), Value::from(seq.as_str()));
-    }
-    Some(Value::Object(m))
 }
 
 /// Rows for one table within one decode.
