@@ -52,6 +52,14 @@ async fn gzip_of_several_members_is_read_whole_and_trailing_garbage_is_refused()
     assert_eq!(status, 400, "{answer}");
     assert!(answer["error"].as_str().unwrap().contains("gzip"), "{answer}");
     assert_eq!(server.count("g").await, 5);
+    // A body that decodes to far more than 16 times its size: room is taken again, up to the
+    // limit, and it is stored; past the limit it is refused.
+    let mut inflated = " ".repeat(4 << 20);
+    inflated.push_str("{\"n\": 7}");
+    assert_eq!(push_gzip(&server, &key, gzip(inflated.as_bytes())).await, (202, json!({"accepted": 1, "rejected": 0})));
+    let (status, answer) = push_gzip(&server, &key, gzip(" ".repeat(17 << 20).as_bytes())).await;
+    assert_eq!(status, 413, "{answer}");
+    assert_eq!(server.count("g").await, 6);
 }
 
 #[tokio::test]

@@ -98,12 +98,12 @@ pub async fn push(
             ));
         }
     };
-    // Room for the body before a byte of it is read: the compressed and the decoded copy of a
-    // gzip body, or what Content-Length announces.
-    let decoded = if gzip { limit } else { length.unwrap_or(limit) };
-    let parsed = if decoded <= EAGER_PARSE_BYTES { decoded * PARSED_PER_BYTE } else { 0 };
-    let reserve = decoded + parsed + if gzip { length.unwrap_or(limit) } else { 0 };
-    let _room = state.push_budget.reserve(reserve).await?;
+    // Room for the body before a byte of it is read: what Content-Length announces (or the
+    // limit), and for a small body the values it is parsed into. A gzip body's decoded size is
+    // known only once it is decoded: room for that is taken then.
+    let announced = length.unwrap_or(limit);
+    let parsed = |bytes: usize| if bytes <= EAGER_PARSE_BYTES { bytes * PARSED_PER_BYTE } else { 0 };
+    let _room = state.push_budget.reserve(announced + if gzip { 0 } else { parsed(announced) }).await?;
     let raw = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(raw)) => raw,
         Ok(Err(e)) if std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit")) => {
@@ -117,7 +117,36 @@ pub async fn push(
             ));
         }
     };
-    let content = if gzip { gunzip(&raw, limit)? } else { raw };
+    // A gzip body gets room for up to 16 times its compressed size before it is decoded, and is
+    // decoded no further than that; only a body that decodes larger waits for room up to the
+    // limit and is decoded again. So a small bomb cannot grow past what the budget holds.
+    let mut _decoded_room = Vec::new();
+    let content = if gzip {
+        let guess = announced.saturating_mul(16).max(1 << 20).min(limit);
+        _decoded_room.push(state.push_budget.reserve(guess + parsed(guess)).await?);
+        match gunzip(&raw, guess)? {
+            Some(content) => content,
+            None if guess < limit => {
+                _decoded_room.push(state.push_budget.reserve(limit - guess).await?);
+                gunzip(&raw, limit)?.ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("body exceeds this stream's limit of {limit} bytes once decompressed"),
+                    )
+                    .with_details(json!({ "limit_bytes": limit }))
+                })?
+            }
+            None => {
+                return Err(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("body exceeds this stream's limit of {limit} bytes once decompressed"),
+                )
+                .with_details(json!({ "limit_bytes": limit })));
+            }
+        }
+    } else {
+        raw
+    };
     let bad_body = |e: BodyError| {
         ApiError::new(StatusCode::BAD_REQUEST, e.to_string())
             .with_details(json!({ "line": e.line, "column": e.column, "byte": e.byte }))
@@ -237,20 +266,14 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 
 /// Decode a gzip body of one or more members (`cat a.gz b.gz` is valid gzip); anything after
 /// the last member that is not another member is an error, never ignored.
-fn gunzip(raw: &[u8], limit: usize) -> Result<bytes::Bytes, ApiError> {
+/// `None` when the body decodes to more than `cap` bytes (decoding stops there).
+fn gunzip(raw: &[u8], cap: usize) -> Result<Option<bytes::Bytes>, ApiError> {
     let mut out = Vec::new();
     flate2::read::MultiGzDecoder::new(raw)
-        .take(limit as u64 + 1)
+        .take(cap as u64 + 1)
         .read_to_end(&mut out)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("body is not valid gzip: {e}")))?;
-    if out.len() > limit {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("body exceeds this stream's limit of {limit} bytes once decompressed"),
-        )
-        .with_details(json!({ "limit_bytes": limit })));
-    }
-    Ok(bytes::Bytes::from(out))
+    Ok((out.len() <= cap).then(|| bytes::Bytes::from(out)))
 }
 
 fn authorize(headers: &HeaderMap, key_hash: &str) -> Result<(), ApiError> {
