@@ -250,7 +250,11 @@ fn reports(shape: Vec<(Position, usize)>, record_ends: &[i64], before: i64, reje
     let mut seen: Vec<Option<i64>> = vec![None; reports.len()];
     let mut refused_seen: Vec<Option<i64>> = vec![None; reports.len()];
     for (sequence, column, reason) in rejects.summaries() {
-        let Some(i) = ends.iter().position(|(a, b)| (*a..=*b).contains(&sequence)) else { continue };
+        // The chunks' ranges follow each other in order: the first ending at or after it.
+        let i = ends.partition_point(|(_, end)| *end < sequence);
+        if ends.get(i).is_none_or(|(start, _)| *start > sequence) {
+            continue;
+        }
         let report = &mut reports[i];
         if seen[i] != Some(sequence) {
             report.rejected += 1;

@@ -23,16 +23,6 @@ pub struct Rejects {
     source: StringBuilder,
 }
 
-impl Clone for Rejects {
-    fn clone(&self) -> Self {
-        let mut copy = Self::default();
-        for r in self.iter() {
-            copy.push(r);
-        }
-        copy
-    }
-}
-
 impl Rejects {
     /// Add one row.
     pub fn push(&mut self, r: Reject) {
@@ -44,13 +34,6 @@ impl Rejects {
         self.reason.append_value(&r.reason);
         self.received_us.append_value(r.received_us);
         self.source.append_option(r.source.map(|s| s.to_string()));
-    }
-
-    /// Add every row of `other`, in order.
-    pub fn append(&mut self, other: Rejects) {
-        for r in other.iter() {
-            self.push(r);
-        }
     }
 
     /// Rows held.
@@ -125,18 +108,19 @@ impl RejectBatch {
         self.rows == 0
     }
 
-    /// Each row's sequence, column and reason, in order.
-    pub fn summaries(&self) -> Vec<(i64, Option<&str>, &str)> {
+    /// Each row's sequence, column and reason, in order, read from the columns as it goes.
+    pub fn summaries(&self) -> impl Iterator<Item = (i64, Option<&str>, &str)> + '_ {
         use arrow::array::{Array, AsArray};
-        if self.rows == 0 {
-            return Vec::new();
-        }
-        let column = self.columns[1].as_string::<i32>();
-        let sequence = self.columns[4].as_primitive::<arrow::datatypes::Int64Type>();
-        let reason = self.columns[5].as_string::<i32>();
-        (0..self.rows)
-            .map(|i| (sequence.value(i), (!column.is_null(i)).then(|| column.value(i)), reason.value(i)))
-            .collect()
+        let columns = (self.rows > 0).then(|| {
+            let column = self.columns[1].as_string::<i32>();
+            let sequence = self.columns[4].as_primitive::<arrow::datatypes::Int64Type>();
+            let reason = self.columns[5].as_string::<i32>();
+            (column, sequence, reason)
+        });
+        (0..self.rows).filter_map(move |i| {
+            let (column, sequence, reason) = columns?;
+            Some((sequence.value(i), (!column.is_null(i)).then(|| column.value(i)), reason.value(i)))
+        })
     }
 
     /// These rows, then `more`.
@@ -210,7 +194,7 @@ mod tests {
         assert_eq!(rows.len(), 3);
         assert_eq!(rows[1].column, None);
         assert_eq!(rows[2].source, Some(serde_json::json!({"offset": 9})));
-        assert_eq!(rejects.clone().len(), 3);
+        assert_eq!(rejects.len(), 3);
         let batch = rejects.finish().to_ledger("s", 11);
         assert_eq!((batch.num_rows(), batch.num_columns()), (3, 10));
     }

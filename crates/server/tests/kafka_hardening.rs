@@ -36,14 +36,7 @@ async fn events(producer: &rdkafka::producer::FutureProducer, from: usize, to: u
 #[tokio::test]
 async fn secret_properties_are_not_shown_stored_or_logged_and_survive_patch_and_restart() {
     let broker = Broker::start_tls();
-    let admin: rdkafka::admin::AdminClient<_> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .set("security.protocol", "ssl")
-        .set("ssl.ca.location", broker.ca.as_ref().unwrap().display().to_string())
-        .create()
-        .unwrap();
-    let topic = rdkafka::admin::NewTopic::new("sec", 1, rdkafka::admin::TopicReplication::Fixed(1));
-    admin.create_topics([&topic], &Default::default()).await.unwrap();
+    broker.create_topic("sec", 1);
     let producer = broker.producer(&[]);
     events(&producer, 0, 10).await;
 

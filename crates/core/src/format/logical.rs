@@ -147,17 +147,8 @@ fn decimal(b64: &str, scale: u32) -> Result<Value, String> {
     let mut buf = if bytes[0] & 0x80 != 0 { [0xFFu8; 16] } else { [0u8; 16] };
     buf[16 - bytes.len()..].copy_from_slice(&bytes);
     let unscaled = i128::from_be_bytes(buf);
-    let digits = unscaled.unsigned_abs().to_string();
-    let sign = if unscaled < 0 { "-" } else { "" };
-    let scale = scale as usize;
-    let text = if scale == 0 {
-        digits
-    } else if digits.len() > scale {
-        format!("{}.{}", &digits[..digits.len() - scale], &digits[digits.len() - scale..])
-    } else {
-        format!("0.{}{digits}", "0".repeat(scale - digits.len()))
-    };
-    Ok(typed(Value::String(format!("{sign}{text}")), &format!("DECIMAL(38,{scale})")))
+    let text = scaled(unscaled < 0, unscaled.unsigned_abs().to_string(), scale as usize);
+    Ok(typed(Value::String(text), &format!("DECIMAL(38,{scale})")))
 }
 
 /// Epoch microseconds as a zoneless date-time text.
@@ -220,7 +211,11 @@ fn exact_decimal(b64: &str, scale: u32) -> Result<String, String> {
     }
     digits.reverse();
     let digits = String::from_utf8(digits).expect("ASCII digits");
-    let scale = scale as usize;
+    Ok(scaled(negative, digits, scale as usize))
+}
+
+/// The decimal text of an unscaled magnitude's `digits` with `scale` digits after the point.
+fn scaled(negative: bool, digits: String, scale: usize) -> String {
     let text = if scale == 0 {
         digits
     } else if digits.len() > scale {
@@ -228,7 +223,7 @@ fn exact_decimal(b64: &str, scale: u32) -> Result<String, String> {
     } else {
         format!("0.{}{digits}", "0".repeat(scale - digits.len()))
     };
-    Ok(if negative { format!("-{text}") } else { text })
+    if negative { format!("-{text}") } else { text }
 }
 
 fn time_of_day(us: i64) -> Result<Value, String> {
