@@ -89,7 +89,7 @@ impl Server {
             .stderr(stderr)
             .spawn()
             .expect("spawn sluice");
-        let server = Self { child, base: format!("http://{listen}"), http: reqwest::Client::new() };
+        let server = Self { child, base: format!("http://{listen}"), http: client() };
         let http = server.http.clone();
         let health = format!("{}/health", server.base);
         wait_until("the server to answer", Duration::from_secs(30), || {
@@ -226,4 +226,15 @@ pub fn assert_not_on_disk(data: &Path, log: Option<&Path>, secret: &str) {
             file.display()
         );
     }
+}
+
+/// An HTTP client that drops a pooled connection after 5 s idle, before the server closes it
+/// at its 10 s header timeout: a request sent on a connection the server is closing at that
+/// instant fails with `IncompleteMessage`, which is the client's race, not the server's fault.
+pub fn client() -> reqwest::Client {
+    client_builder().build().unwrap()
+}
+
+pub fn client_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(5))
 }

@@ -197,7 +197,7 @@ fn other_member(
 /// member holds the partition and stops committing), says so in its state, and reads the
 /// partition once it gets it.
 #[tokio::test]
-async fn an_idle_member_rejoins_only_while_a_partition_goes_unread() {
+async fn group_member_idle_rejoins_only_while_a_partition_goes_unread() {
     let broker = Broker::start();
     broker.create_topic("idle", 1);
     let (zombie, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));

@@ -61,7 +61,7 @@ async fn soak_pushers_kills_patches_and_bad_events_lose_nothing() {
     for p in 0..PUSHERS {
         let (base, stop, tally, key) = (base.clone(), stop.clone(), tally.clone(), key.clone());
         tasks.push(tokio::spawn(async move {
-            let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+            let http = crate::harness::client_builder().timeout(Duration::from_secs(30)).build().unwrap();
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
@@ -108,7 +108,7 @@ async fn soak_pushers_kills_patches_and_bad_events_lose_nothing() {
     {
         let (base, stop) = (base.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
-            let http = reqwest::Client::new();
+            let http = crate::harness::client();
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 i += 1;

@@ -84,6 +84,10 @@ pub(crate) struct Context {
     cause: Mutex<Option<(Option<rdkafka::types::RDKafkaErrorCode>, String)>>,
     /// Repeated warnings and errors are logged once a minute, with a count.
     throttle: Throttle,
+    /// An error was reported (from the consumer thread or librdkafka's own) and the stream has
+    /// not been seen healthy since: the next message read, or a broker answer while holding
+    /// partitions, puts the state back to `running`.
+    degraded: AtomicBool,
 }
 
 impl Context {
@@ -105,6 +109,7 @@ impl Context {
             buffer,
             cause: Mutex::new(None),
             throttle: Throttle::new(throttle::WINDOW),
+            degraded: AtomicBool::new(true),
         }
     }
 
@@ -170,14 +175,17 @@ impl Context {
     }
 
     /// Lag per assigned partition: high watermark minus the durable offset.
-    fn measure_lag(&self, consumer: &BaseConsumer<Context>) {
-        let Ok(assignment) = consumer.assignment() else { return };
+    /// Measure each held partition's lag; returns whether the broker answered for one.
+    fn measure_lag(&self, consumer: &BaseConsumer<Context>) -> bool {
+        let Ok(assignment) = consumer.assignment() else { return false };
+        let mut answered = false;
         let durable = self.shared.durable.lock().map(|d| d.clone()).unwrap_or_default();
         let now_ms = chrono::Utc::now().timestamp_millis();
         let mut lag = BTreeMap::new();
         for e in assignment.elements() {
             let (topic, partition) = (e.topic(), e.partition());
             let Ok((low, high)) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(2)) else { continue };
+            answered = true;
             let at = durable.get(topic).and_then(|p| p.get(&partition)).copied().unwrap_or(low).max(low);
             let mut age_seconds = 0.0;
             if let Ok(mut buffer) = self.buffer.lock()
@@ -195,6 +203,7 @@ impl Context {
             lag.insert(format!("{topic}/{partition}"), Lag { messages: Some((high - at).max(0)), age_seconds });
         }
         self.metrics.set_lag(lag);
+        answered
     }
 
     /// Where each newly assigned partition starts: the larger of the offset stored with the
@@ -254,6 +263,7 @@ impl Context {
             *cause = Some((code, text.clone()));
         }
         drop(cause);
+        self.degraded.store(true, Ordering::Release);
         self.metrics.set_state("reconnecting", Some(text.clone()));
         self.warn(&text);
     }
@@ -271,10 +281,15 @@ impl Context {
     }
 
     /// Clear the remembered cause once the client works again.
+    /// The stream is seen healthy: back to `running` if an error was reported since last time.
     pub(crate) fn recovered(&self) {
+        if !self.degraded.swap(false, Ordering::AcqRel) {
+            return;
+        }
         if let Ok(mut cause) = self.cause.lock() {
             *cause = None;
         }
+        self.metrics.set_state("running", None);
     }
 }
 
@@ -395,7 +410,6 @@ pub(crate) fn run(
 ) {
     let ctx = consumer.context().clone();
     let mut last_lag = Instant::now();
-    let mut healthy = false;
     loop {
         if ctx.shared.stopping.load(Ordering::Acquire) {
             break;
@@ -410,17 +424,10 @@ pub(crate) fn run(
         }
         match consumer.poll(Duration::from_millis(50)) {
             Some(Ok(message)) => {
-                if !healthy {
-                    ctx.metrics.set_state("running", None);
-                    healthy = true;
-                    ctx.recovered();
-                }
+                ctx.recovered();
                 ctx.push(&message);
             }
-            Some(Err(e)) => {
-                healthy = false;
-                ctx.report(&e, "while reading", true);
-            }
+            Some(Err(e)) => ctx.report(&e, "while reading", true),
             None => {}
         }
         let (count, first) = ctx.buffered();
@@ -429,11 +436,12 @@ pub(crate) fn run(
             break;
         }
         if last_lag.elapsed() >= Duration::from_secs(1) {
-            ctx.measure_lag(consumer);
+            if ctx.measure_lag(consumer) {
+                ctx.recovered();
+            }
             last_lag = Instant::now();
             if let Some(reason) = watchdog.check(consumer) {
                 rejoin(consumer, &ctx, topics, &reason);
-                healthy = false;
             }
         }
     }
@@ -451,6 +459,7 @@ pub(crate) fn run(
 /// Leave the group and join it again, with a new member id.
 fn rejoin(consumer: &BaseConsumer<Context>, ctx: &Context, topics: &[String], reason: &str) {
     tracing::warn!(stream = %ctx.stream, reason, "Partitions go unread by the consumer group; rejoining it.");
+    ctx.degraded.store(true, Ordering::Release);
     ctx.metrics.set_state("rejoining", Some(reason.to_string()));
     consumer.unsubscribe();
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
