@@ -69,6 +69,9 @@ pub struct SnapshotWrite {
 pub struct MirrorWrite {
     /// Key columns.
     pub keys: Vec<String>,
+    /// The keys are the whole row (a source table without a primary key): rows are matched on
+    /// every value, and identical rows are counted, so deleting one of two leaves the other.
+    pub whole_row: bool,
     /// Also append every change to `<table>__changes`.
     pub history: bool,
     /// The change each row carries.

@@ -148,6 +148,7 @@ fn filtered(write: &TableWrite, mask: &[bool]) -> Option<TableWrite> {
     let pick = |v: &[bool]| v.iter().zip(mask).filter(|(_, m)| **m).map(|(x, _)| *x).collect::<Vec<_>>();
     let mirror = write.mirror.as_ref().map(|m| MirrorWrite {
         keys: m.keys.clone(),
+        whole_row: m.whole_row,
         history: m.history,
         ops: m.ops.iter().zip(mask).filter(|(_, k)| **k).map(|(o, _)| *o).collect(),
         orders: m.orders.iter().zip(mask).filter(|(_, k)| **k).map(|(o, _)| *o).collect(),

@@ -19,6 +19,7 @@ mod kafka_hardening;
 mod kinesis;
 mod mirror;
 mod postgres_cdc;
+mod postgres_keyless;
 mod postgres_tls;
 mod push;
 mod replay;

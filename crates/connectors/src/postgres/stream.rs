@@ -120,10 +120,24 @@ impl Cdc {
             Message::Insert { new, .. } => change("c", rel, None, Some(rel.image(&new)), source),
             Message::Update { old, new, .. } => {
                 let mut after = rel.image(&new);
+                let before = old.map(|o| rel.image(&o));
+                // An unchanged TOASTed value equals the old one: with REPLICA IDENTITY FULL (a
+                // keyless table) the old image carries it, inlined; otherwise read it by key.
+                let mut new = new;
+                if let Some(before) = &before {
+                    for ((name, _, _), cell) in rel.columns.iter().zip(new.iter_mut()) {
+                        if *cell == Cell::Unchanged
+                            && let Some(v) = before.get(name)
+                        {
+                            after.insert(name.clone(), v.clone());
+                            *cell = Cell::Null;
+                        }
+                    }
+                }
                 if new.contains(&Cell::Unchanged) {
                     self.unchanged(client, rel, &new, &mut after).await?;
                 }
-                change("u", rel, old.map(|o| rel.image(&o)), Some(after), source)
+                change("u", rel, before, Some(after), source)
             }
             Message::Delete { old, .. } => change("d", rel, Some(rel.image(&old)), None, source),
             _ => return Ok(None),

@@ -64,8 +64,8 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
     }
     let staged = with_changes(&write.data, mirror)?;
     let names: Vec<String> = write.data.schema().fields().iter().map(|f| f.name().clone()).collect();
-    let cols: Vec<String> = names.iter().map(|n| quote(n)).collect();
-    let cols = cols.join(", ");
+    let quoted: Vec<String> = names.iter().map(|n| quote(n)).collect();
+    let cols = quoted.join(", ");
     conn.execute_batch(&format!(
         "CREATE OR REPLACE TABLE sluice.{STAGE} AS SELECT {cols}, NULL::VARCHAR AS __op, NULL::BIGINT AS __ord, \
          NULL::BOOLEAN AS __rec, NULL::TIMESTAMPTZ AS __ts, NULL::VARCHAR AS __src, NULL::VARCHAR AS __so, \
@@ -151,7 +151,9 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
     if last_truncate.is_some() {
         sql.push_str(&format!("DELETE FROM main.{table};"));
     }
-    if !keys.is_empty() {
+    if !keys.is_empty() && mirror.whole_row {
+        sql.push_str(&counted(&table, &quoted, last_truncate.unwrap_or(i64::MIN)));
+    } else if !keys.is_empty() {
         let after = last_truncate.unwrap_or(i64::MIN);
         sql.push_str(&format!(
             "CREATE OR REPLACE TABLE sluice.{LAST} AS SELECT * FROM sluice.{STAGE} \
@@ -173,6 +175,40 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
     sql.push_str(&format!("DROP TABLE sluice.{STAGE};"));
     conn.execute_batch(&sql).map_err(db_error)?;
     Ok(skipped)
+}
+
+/// The apply of a table whose key is its whole row, where identical rows may repeat: each
+/// distinct row's changes, in source order, move its count (an insert or a snapshot row adds
+/// one, a delete takes one away, never below zero), and the table then loses or gains that
+/// many copies. Deleting one of two identical rows leaves the other.
+fn counted(table: &str, names: &[String], after: i64) -> String {
+    let delete = ChangeOp::Delete.name();
+    let truncate = ChangeOp::Truncate.name();
+    let cols = names.join(", ");
+    let on = |a: &str, b: &str| -> String {
+        names.iter().map(|c| format!("{a}.{c} IS NOT DISTINCT FROM {b}.{c}")).collect::<Vec<_>>().join(" AND ")
+    };
+    let (on_table, on_removed) = (on("t", "g"), on("t", "r"));
+    // With the count before (c0), the running sums s_k of the changes and their total S, the
+    // count after is S - least(-c0, min s_k): the sum, less what the floor at zero absorbed.
+    format!(
+        "CREATE OR REPLACE TABLE sluice.{LAST} AS \
+         WITH d AS (SELECT {cols}, sum(CASE WHEN __op = '{delete}' THEN -1 ELSE 1 END) OVER \
+             (PARTITION BY {cols} ORDER BY coalesce(__so, ''), __ord, rowid ROWS UNBOUNDED PRECEDING) AS __s, \
+             CASE WHEN __op = '{delete}' THEN -1 ELSE 1 END AS __d \
+             FROM sluice.{STAGE} WHERE __op <> '{truncate}' AND __ord > {after}), \
+         g AS (SELECT {cols}, sum(__d) AS __total, min(__s) AS __low FROM d GROUP BY ALL), \
+         c AS (SELECT g.*, (SELECT count(*) FROM main.{table} t WHERE {on_table}) AS __before FROM g) \
+         SELECT * EXCLUDE (__total, __low), (__total - least(-__before, __low))::BIGINT AS __after FROM c \
+         WHERE __total - least(-__before, __low) <> __before;
+         DELETE FROM main.{table} WHERE rowid IN (SELECT __row FROM (SELECT t.rowid AS __row, \
+             row_number() OVER (PARTITION BY r.__n ORDER BY t.rowid) AS __i, r.__before - r.__after AS __drop \
+             FROM main.{table} t JOIN (SELECT *, row_number() OVER () AS __n FROM sluice.{LAST} \
+             WHERE __after < __before) r ON {on_removed}) WHERE __i <= __drop);
+         INSERT INTO main.{table} ({cols}) SELECT {cols} FROM (SELECT *, unnest(range(__after - __before)) \
+             FROM sluice.{LAST} WHERE __after > __before);
+         DROP TABLE sluice.{LAST};"
+    )
 }
 
 /// Whether `sluice.<name>` exists.

@@ -47,7 +47,8 @@ impl Decoder {
         let builder = self.builder(&table, builders, order);
         let keys = if self.changes.keys.is_empty() { rows.keys.clone() } else { self.changes.keys.clone() };
         if self.changes.history && builder.mirror.is_none() {
-            let m = MirrorWrite { keys, history: true, ..MirrorWrite::default() };
+            let whole_row = self.changes.keys.is_empty() && rows.columns.iter().all(|(c, _)| keys.contains(c));
+            let m = MirrorWrite { keys, whole_row, history: true, ..MirrorWrite::default() };
             builder.mirror = Some(m);
             builder.pad_mirror();
         }

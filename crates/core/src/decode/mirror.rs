@@ -79,14 +79,21 @@ impl Decoder {
             // A table with no columns has no rows to remove.
             return Ok(());
         }
+        // Keys the event names that cover its whole image: a table without a primary key.
+        let whole_row = self.changes.keys.is_empty()
+            && !truncate
+            && !change.image.is_empty()
+            && change.image.keys().all(|c| keys.contains(c));
         let mirror = builder.mirror.get_or_insert_with(|| MirrorWrite {
             keys: keys.clone(),
+            whole_row,
             history: self.changes.history,
             ..MirrorWrite::default()
         });
         if mirror.keys.is_empty() {
             // A batch that began with a truncate learns its keys from the first keyed change.
             mirror.keys = keys.clone();
+            mirror.whole_row = whole_row;
         }
         // Snapshot rows earlier in this batch become `snapshot` changes of the merge.
         builder.pad_mirror();
