@@ -25,13 +25,15 @@ async fn identical_rows_are_counted_and_unchanged_toast_is_kept_across_kill_9() 
         "CREATE TABLE dup (id int, v text, body text); ALTER TABLE dup REPLICA IDENTITY FULL;
          INSERT INTO dup VALUES (1, 'same', NULL), (1, 'same', NULL), (1, 'same', NULL), (2, NULL, NULL);
          INSERT INTO dup SELECT 3, 'long', string_agg(md5(i::text), '') FROM generate_series(1, 300) i;
+         CREATE TABLE dd (a int, b text, gone text); ALTER TABLE dd REPLICA IDENTITY FULL;
+         INSERT INTO dd VALUES (1, 'x', 'g'), (1, 'x', 'g'), (3, 'keep', 'g');
          CREATE TABLE keyed (id int PRIMARY KEY, n int);
          INSERT INTO keyed VALUES (1, 0);",
     );
     let dir = DataDir::new("pg-keyless-dup");
     let mut server = Server::start(&dir.0).await;
     let src = json!({"type": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest",
-                     "user": "etl", "password": "etl", "tables": ["public.dup", "public.keyed"]});
+                     "user": "etl", "password": "etl", "tables": ["public.dup", "public.dd", "public.keyed"]});
     server
         .create_stream(json!({"name": "k", "table": "[table]", "history": true, "source": src,
                               "flush": {"max_wait_ms": 20}}))
@@ -47,6 +49,19 @@ async fn identical_rows_are_counted_and_unchanged_toast_is_kept_across_kill_9() 
          BEGIN; INSERT INTO dup VALUES (2, NULL, NULL), (2, NULL, NULL); COMMIT;
          UPDATE dup SET v = 'long, updated' WHERE id = 3;",
     );
+    // DDL on a keyless table: a column dropped (kept in the mirror, NULL from then on) and a
+    // type widened, then one of two identical rows deleted and the other updated.
+    pg.sql(
+        "ALTER TABLE dd DROP COLUMN gone; ALTER TABLE dd ALTER COLUMN a TYPE bigint;
+         DELETE FROM dd WHERE ctid = (SELECT min(ctid) FROM dd WHERE a = 1);
+         UPDATE dd SET b = 'y' WHERE a = 1; INSERT INTO dd VALUES (2, 'z');",
+    );
+    wait_until("the keyless table with DDL to match", Duration::from_secs(60), || async {
+        server.lines("SELECT a::VARCHAR, b, coalesce(gone, '-') FROM dd ORDER BY a").await
+            == ["1|y|-", "2|z|-", "3|keep|g"]
+    })
+    .await;
+    assert_eq!(pg.lines("SELECT a, b FROM dd ORDER BY a"), ["1|y", "2|z", "3|keep"]);
     let want = pg.lines(SOURCE_ROWS);
     assert_eq!(want.iter().filter(|l| l.starts_with("1|same|")).count(), 1, "{want:?}");
     assert!(want.iter().any(|l| l.starts_with("3|long, updated|") && l.ends_with("|9600")), "{want:?}");

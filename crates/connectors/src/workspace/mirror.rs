@@ -152,7 +152,7 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
         sql.push_str(&format!("DELETE FROM main.{table};"));
     }
     if !keys.is_empty() && mirror.whole_row {
-        sql.push_str(&counted(&table, &quoted, last_truncate.unwrap_or(i64::MIN)));
+        sql.push_str(&counted(&table, &quoted, &keys, last_truncate.unwrap_or(i64::MIN)));
     } else if !keys.is_empty() {
         let after = last_truncate.unwrap_or(i64::MIN);
         sql.push_str(&format!(
@@ -181,23 +181,28 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
 /// distinct row's changes, in source order, move its count (an insert or a snapshot row adds
 /// one, a delete takes one away, never below zero), and the table then loses or gains that
 /// many copies. Deleting one of two identical rows leaves the other.
-fn counted(table: &str, names: &[String], after: i64) -> String {
+fn counted(table: &str, names: &[String], keys: &[String], after: i64) -> String {
     let delete = ChangeOp::Delete.name();
     let truncate = ChangeOp::Truncate.name();
     let cols = names.join(", ");
+    let key_cols = keys.join(", ");
+    // Columns outside the image (dropped at the source) take the value of the key's last change.
+    let others: Vec<String> =
+        names.iter().filter(|n| !keys.contains(n)).map(|c| format!("arg_max({c}, __ord) AS {c}")).collect();
+    let others = if others.is_empty() { String::new() } else { format!("{}, ", others.join(", ")) };
     let on = |a: &str, b: &str| -> String {
-        names.iter().map(|c| format!("{a}.{c} IS NOT DISTINCT FROM {b}.{c}")).collect::<Vec<_>>().join(" AND ")
+        keys.iter().map(|c| format!("{a}.{c} IS NOT DISTINCT FROM {b}.{c}")).collect::<Vec<_>>().join(" AND ")
     };
     let (on_table, on_removed) = (on("t", "g"), on("t", "r"));
     // With the count before (c0), the running sums s_k of the changes and their total S, the
     // count after is S - least(-c0, min s_k): the sum, less what the floor at zero absorbed.
     format!(
         "CREATE OR REPLACE TABLE sluice.{LAST} AS \
-         WITH d AS (SELECT {cols}, sum(CASE WHEN __op = '{delete}' THEN -1 ELSE 1 END) OVER \
-             (PARTITION BY {cols} ORDER BY coalesce(__so, ''), __ord, rowid ROWS UNBOUNDED PRECEDING) AS __s, \
+         WITH d AS (SELECT {cols}, __ord, sum(CASE WHEN __op = '{delete}' THEN -1 ELSE 1 END) OVER \
+             (PARTITION BY {key_cols} ORDER BY coalesce(__so, ''), __ord, rowid ROWS UNBOUNDED PRECEDING) AS __s, \
              CASE WHEN __op = '{delete}' THEN -1 ELSE 1 END AS __d \
              FROM sluice.{STAGE} WHERE __op <> '{truncate}' AND __ord > {after}), \
-         g AS (SELECT {cols}, sum(__d) AS __total, min(__s) AS __low FROM d GROUP BY ALL), \
+         g AS (SELECT {key_cols}, {others}sum(__d) AS __total, min(__s) AS __low FROM d GROUP BY {key_cols}), \
          c AS (SELECT g.*, (SELECT count(*) FROM main.{table} t WHERE {on_table}) AS __before FROM g) \
          SELECT * EXCLUDE (__total, __low), (__total - least(-__before, __low))::BIGINT AS __after FROM c \
          WHERE __total - least(-__before, __low) <> __before;
@@ -211,7 +216,6 @@ fn counted(table: &str, names: &[String], after: i64) -> String {
     )
 }
 
-/// Whether `sluice.<name>` exists.
 /// Give the positions table of `table` every key column it lacks, typed as in the table.
 fn add_key_columns(conn: &Connection, table: &str, keys: &[String]) -> Result<()> {
     let columns = |schema: &str, name: &str| -> Result<Vec<(String, String)>> {
@@ -236,6 +240,7 @@ fn add_key_columns(conn: &Connection, table: &str, keys: &[String]) -> Result<()
     Ok(())
 }
 
+/// Whether `sluice.<name>` exists.
 fn exists(conn: &Connection, name: &str) -> Result<bool> {
     let n: i64 = conn
         .query_row(
