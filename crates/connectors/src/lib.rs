@@ -1,5 +1,6 @@
 //! Every Source and Sink, one folder per technology, registered by one serde enum and one match.
 
+mod delivery;
 pub mod files;
 pub mod http_api;
 pub mod http_push;
@@ -13,5 +14,6 @@ mod stream;
 mod sync;
 pub mod workspace;
 
+pub use delivery::DeliverySink;
 pub use stream::{SourceConfig, SourceContext, SourceHandle, StreamConfig, build_source, release_source, test_source};
 pub use sync::{DestinationConfig, Schedule, SyncConfig, build_destination};

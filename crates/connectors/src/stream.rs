@@ -13,6 +13,7 @@ use crate::http_push::{self, HttpPushConfig, PushHandle};
 use crate::kafka::{KafkaConfig, KafkaSource, is_secret_property};
 use crate::kinesis::{KinesisConfig, KinesisSource};
 use crate::postgres::{Check, PostgresConfig, PostgresSource};
+use crate::sync::DestinationConfig;
 
 /// One stream: a source, a destination table in the workspace, and how to batch.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -45,6 +46,10 @@ pub struct StreamConfig {
     /// `json`, or `debezium` change events.
     #[serde(default)]
     pub format: Format,
+    /// Where the rows land: absent, the embedded workspace; else a destination (today a
+    /// Postgres database, append mode), which keeps the stream's position with the rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<DestinationConfig>,
     /// For declared streams: the push key to accept. When absent one is generated and shown
     /// once. Stored hashed, never serialized back.
     #[serde(default, skip_serializing)]
@@ -70,12 +75,39 @@ impl StreamConfig {
         }
         self.flush.validate()?;
         self.changes().validate()?;
+        self.validate_destination()?;
         match &self.source {
             SourceConfig::HttpPush(c) => c.validate(),
             SourceConfig::Kafka(c) => c.validate(),
             SourceConfig::Kinesis(c) => c.validate(),
             SourceConfig::Postgres(c) => c.validate(),
         }
+    }
+
+    /// A stream's destination: the kinds built so far, in append mode, table named by `table`.
+    fn validate_destination(&self) -> Result<()> {
+        let Some(destination) = &self.destination else { return Ok(()) };
+        match destination {
+            DestinationConfig::Postgres(c) => {
+                if !c.table.is_empty() {
+                    return Err(Error::config(
+                        "destination.table",
+                        "leave it out: the stream's `table` names the destination table",
+                    ));
+                }
+                c.validate_connection()?;
+            }
+            _ => {
+                return Err(Error::config(
+                    "destination.kind",
+                    "streams can deliver to `postgres` so far; use a sync from the workspace for the others",
+                ));
+            }
+        }
+        if self.changes().mode != Mode::Append {
+            return Err(Error::config("mode", "a stream with a destination is append-only so far"));
+        }
+        Ok(())
     }
 
     /// Mode, keys, history and format, as the decoder takes them.
@@ -98,6 +130,9 @@ impl StreamConfig {
                 out.insert(path.to_string(), s.expose().to_string());
             }
         };
+        if let Some(DestinationConfig::Postgres(pg)) = &self.destination {
+            keep("destination.password", pg.password.as_ref());
+        }
         match &self.source {
             SourceConfig::Kafka(kafka) => {
                 keep("source.sasl.password", kafka.sasl.as_ref().and_then(|s| s.password.as_ref()));
@@ -150,6 +185,9 @@ impl StreamConfig {
             }
             SourceConfig::Postgres(pg) => restore(&mut pg.password, "source.password"),
             SourceConfig::HttpPush(_) => {}
+        }
+        if let Some(DestinationConfig::Postgres(pg)) = self.destination.as_mut() {
+            restore(&mut pg.password, "destination.password");
         }
     }
 }

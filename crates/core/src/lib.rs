@@ -29,4 +29,4 @@ pub use schema::{ColumnType, TableSchema};
 pub use secret::Secret;
 pub use sink::{Sink, StateStore};
 pub use source::{ChunkReport, RejectedEvent, Source};
-pub use sync::{Delivery, Destination, SyncMode};
+pub use sync::{Delivery, Destination, Stamp, SyncMode};

@@ -60,6 +60,20 @@ pub struct Delivery {
     pub rows: Vec<RecordBatch>,
     /// Mirror: the key columns of rows that disappeared.
     pub deletes: Vec<RecordBatch>,
+    /// The table, where the writer names it (a stream's routed table); `None`: the one the
+    /// destination is configured with.
+    pub table: Option<String>,
+}
+
+/// Where a writer stands, kept by the destination in the same transaction as the rows it
+/// brought: on restart a stream resumes from what the destination holds, so each row lands
+/// once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stamp {
+    /// The stream (or sync) that wrote.
+    pub owner: String,
+    /// Its checkpoint, as JSON.
+    pub checkpoint: String,
 }
 
 impl Delivery {
@@ -85,4 +99,25 @@ pub trait Destination: Send {
 
     /// Apply one run's delivery.
     async fn deliver(&mut self, delivery: &Delivery) -> Result<()>;
+
+    /// Apply several deliveries and `stamp` as one: all of them, or none. A destination that
+    /// keeps no stamps delivers one after another, and refuses a stamp.
+    async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
+        if stamp.is_some() {
+            return Err(crate::Error::new(
+                crate::ErrorKind::Config,
+                "destination: this kind keeps no stream positions; streams cannot write to it yet",
+            ));
+        }
+        for delivery in deliveries {
+            self.deliver(delivery).await?;
+        }
+        Ok(())
+    }
+
+    /// The checkpoint `owner` last wrote with its rows, where the destination keeps stamps.
+    async fn stamp(&mut self, owner: &str) -> Result<Option<String>> {
+        let _ = owner;
+        Ok(None)
+    }
 }

@@ -21,6 +21,12 @@ pub async fn replay(supervisor: &Supervisor, name: &str, request: ReplayRequest)
     let workspace = supervisor.workspace().clone();
     supervisor
         .while_stopped(name, |config| async move {
+            if config.destination.is_some() {
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    "replay: this stream delivers to a destination, which replay does not reach yet",
+                ));
+            }
             let tables = workspace.tables_matching(&config.table).await?;
             let mirror = config.mode == Mode::Mirror;
             match request {
@@ -76,7 +82,7 @@ async fn decode_again(
     if events.is_empty() {
         return Ok(json!({ "from": "ledger", "events": 0, "rows": 0, "rejected_again": 0 }));
     }
-    let (checkpoint, mut decoder) = reload(workspace, config).await?;
+    let (checkpoint, mut decoder) = reload(workspace, None, config).await?;
     let received_us = now_us();
     let replayed: Vec<i64> = events.iter().map(|e| e.position).collect();
     let records = events

@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_connectors::DeliverySink;
 use sluice_connectors::workspace::{StoredStream, Workspace};
 use sluice_connectors::{SourceContext, SourceHandle, StreamConfig, build_source};
 use sluice_core::pipeline::{self, Stream};
@@ -234,7 +235,14 @@ impl Supervisor {
 
     async fn start(&self, config: StreamConfig, key_hash: String) -> Result<()> {
         config.validate()?;
-        let (checkpoint, decoder) = reload(&self.workspace, &config).await?;
+        let delivery = match &config.destination {
+            Some(destination) => Some(Arc::new(DeliverySink::new(&config.name, destination, self.workspace.clone())?)),
+            None => None,
+        };
+        // A stream with a destination starts from the workspace's copy of its checkpoint and,
+        // once the destination answers, moves to the one the destination holds (`supervise`):
+        // a destination that is down must not keep the server from starting.
+        let (checkpoint, decoder) = reload(&self.workspace, None, &config).await?;
         let metrics = Arc::new(StreamMetrics::new(&checkpoint.totals));
         let ctx = SourceContext { stream: &config.name, position: &checkpoint.position, metrics: metrics.clone() };
         let (source, handle) = build_source(&config.source, ctx)?;
@@ -247,7 +255,7 @@ impl Supervisor {
             config.clone(),
             source,
             decoder,
-            self.workspace.clone(),
+            (self.workspace.clone(), delivery),
             checkpoint,
             metrics.clone(),
             cancel.clone(),
@@ -274,20 +282,50 @@ async fn supervise(
     config: StreamConfig,
     mut source: Box<dyn sluice_core::Source>,
     mut decoder: Decoder,
-    workspace: Workspace,
+    (workspace, delivery): (Workspace, Option<Arc<DeliverySink>>),
     mut checkpoint: sluice_core::Checkpoint,
     metrics: Arc<StreamMetrics>,
     cancel: CancellationToken,
 ) {
     const FIRST_BACKOFF: Duration = Duration::from_millis(200);
     let mut backoff = FIRST_BACKOFF;
+    if let Some(delivery) = delivery.as_deref() {
+        loop {
+            let resumed = match reload(&workspace, Some(delivery), &config).await {
+                Ok((cp, d)) => source.rewind(&cp.position).await.map(|()| (cp, d)),
+                Err(e) => Err(e),
+            };
+            match resumed {
+                Ok((cp, d)) => {
+                    (checkpoint, decoder) = (cp, d);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(stream = %config.name, error = %e, "Waiting for the destination.");
+                    metrics.set_state("reconnecting", Some(format!("destination: {e}")));
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => {
+                    source.close().await;
+                    return;
+                }
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(30));
+        }
+        backoff = FIRST_BACKOFF;
+    }
     loop {
         let started = std::time::Instant::now();
         let stream = Stream {
             name: &config.name,
             source: source.as_mut(),
             decoder: &mut decoder,
-            sink: Arc::new(workspace.clone()),
+            sink: match &delivery {
+                Some(d) => d.clone(),
+                None => Arc::new(workspace.clone()),
+            },
             flush: &config.flush,
             metrics: metrics.clone(),
             cancel: cancel.clone(),
@@ -314,7 +352,7 @@ async fn supervise(
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(30));
                 // Resume from what is durable, with the table as it is now.
-                match reload(&workspace, &config).await {
+                match reload(&workspace, delivery.as_deref(), &config).await {
                     Ok((cp, d)) => {
                         if let Err(e) = source.rewind(&cp.position).await {
                             tracing::error!(stream = %config.name, error = %e, "Rewind failed.");
@@ -330,7 +368,20 @@ async fn supervise(
     }
 }
 
-pub(crate) async fn reload(workspace: &Workspace, config: &StreamConfig) -> Result<(sluice_core::Checkpoint, Decoder)> {
+/// The checkpoint to resume from and a decoder that knows the tables as they are. A stream
+/// with a destination resumes from the position the destination holds; its tables are not in
+/// the workspace, and the destination adds the columns it lacks itself.
+pub(crate) async fn reload(
+    workspace: &Workspace,
+    delivery: Option<&DeliverySink>,
+    config: &StreamConfig,
+) -> Result<(sluice_core::Checkpoint, Decoder)> {
+    let changes = config.changes();
+    if let Some(delivery) = delivery {
+        let checkpoint = delivery.checkpoint().await?.unwrap_or_default();
+        let decoder = Decoder::new(config.table.clone(), config.metadata.clone(), HashMap::new()).with_changes(changes);
+        return Ok((checkpoint, decoder));
+    }
     let checkpoint = workspace.checkpoint(&config.name).await?.unwrap_or_default();
     let mut schemas = HashMap::new();
     for table in workspace.tables_matching(&config.table).await? {
@@ -338,6 +389,6 @@ pub(crate) async fn reload(workspace: &Workspace, config: &StreamConfig) -> Resu
             schemas.insert(table, schema);
         }
     }
-    let decoder = Decoder::new(config.table.clone(), config.metadata.clone(), schemas).with_changes(config.changes());
+    let decoder = Decoder::new(config.table.clone(), config.metadata.clone(), schemas).with_changes(changes);
     Ok((checkpoint, decoder))
 }

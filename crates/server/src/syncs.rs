@@ -224,6 +224,7 @@ impl Syncs {
             schema: plan.schema.clone(),
             rows: plan.rows.clone(),
             deletes: plan.deletes.clone(),
+            table: None,
         };
         let mut destination = build_destination(&config.destination)?;
         destination.deliver(&delivery).await?;

@@ -12,6 +12,7 @@ mod api;
 mod crash;
 mod debezium_fidelity;
 mod debezium_real;
+mod destinations;
 mod hardening;
 mod kafka;
 mod kafka_faults;

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::SinkExt;
 use serde::{Deserialize, Serialize};
-use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Secret, SyncMode};
+use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Secret, Stamp, SyncMode};
 use tokio_postgres::Transaction;
 
 use super::config::{Endpoint, SslMode, cause, connect, validate_tls};
@@ -37,7 +37,8 @@ pub struct PostgresTableConfig {
     /// Schema of the table.
     #[serde(default = "default_schema")]
     pub schema: String,
-    /// The table; created when missing.
+    /// The table; created when missing. A stream leaves it out: its `table` names the table.
+    #[serde(default)]
     pub table: String,
     /// A read-only connection cannot be a destination; turn this off to let syncs write.
     #[serde(default)]
@@ -55,13 +56,21 @@ fn default_schema() -> String {
 impl PostgresTableConfig {
     /// Check the fields; pure.
     pub fn validate(&self) -> Result<()> {
+        if self.table.trim().is_empty() {
+            return Err(Error::config("destination.table", "must not be empty"));
+        }
+        self.validate_connection()
+    }
+
+    /// Check every field but the table (a stream's destination takes the stream's); pure.
+    pub fn validate_connection(&self) -> Result<()> {
         for (field, value) in [("host", &self.host), ("database", &self.database), ("user", &self.user)] {
             if value.trim().is_empty() {
                 return Err(Error::config(&format!("destination.{field}"), "must not be empty"));
             }
         }
-        if self.table.trim().is_empty() || self.schema.trim().is_empty() {
-            return Err(Error::config("destination.table", "the schema and table must not be empty"));
+        if self.schema.trim().is_empty() {
+            return Err(Error::config("destination.schema", "must not be empty"));
         }
         validate_tls("destination", self.sslmode, self.sslrootcert.as_deref())?;
         if self.read_only {
@@ -71,10 +80,6 @@ impl PostgresTableConfig {
             ));
         }
         Ok(())
-    }
-
-    fn qualified(&self) -> String {
-        format!("{}.{}", Dialect::Postgres.quote(&self.schema), Dialect::Postgres.quote(&self.table))
     }
 
     async fn client(&self) -> Result<tokio_postgres::Client> {
@@ -120,64 +125,124 @@ impl Destination for PostgresTarget {
     }
 
     async fn deliver(&mut self, delivery: &Delivery) -> Result<()> {
+        self.write(std::slice::from_ref(delivery), None).await
+    }
+
+    async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
         let mut client = self.config.client().await?;
         let tx = client.transaction().await.map_err(sql_error)?;
-        let table = self.config.qualified();
-        let keys: &[String] = if delivery.mode.keyed() { &delivery.keys } else { &[] };
-        let existing = existing_columns(&tx, &self.config.schema, &self.config.table).await?;
-        let created = existing.is_empty();
-        if created {
-            tx.batch_execute(&Dialect::Postgres.create_table(&table, &delivery.schema, keys, false))
-                .await
-                .map_err(sql_error)?;
-        } else {
-            for field in delivery.schema.fields().iter().filter(|f| !existing.contains(f.name())) {
-                tx.batch_execute(&Dialect::Postgres.add_column(&table, field)).await.map_err(sql_error)?;
-            }
+        for delivery in deliveries {
+            apply(&tx, &self.config.schema, delivery.table.as_deref().unwrap_or(&self.config.table), delivery).await?;
         }
-        let columns = column_names(&delivery.schema);
-        match delivery.mode {
-            SyncMode::Replace => {
-                if !created {
-                    tx.batch_execute(&format!("TRUNCATE {table}")).await.map_err(sql_error)?;
-                }
-                copy(&tx, &table, &columns, &delivery.rows).await?;
-            }
-            SyncMode::Append => copy(&tx, &table, &columns, &delivery.rows).await?,
-            SyncMode::Upsert | SyncMode::Mirror => {
-                if created {
-                    // A table made by this run is empty: every row is an insert.
-                    copy(&tx, &table, &columns, &delivery.rows).await?;
-                } else if delivery.row_count() > 0 {
-                    let list = Dialect::Postgres.list(&columns);
-                    tx.batch_execute(&format!(
-                        "CREATE TEMP TABLE sluice_stage ON COMMIT DROP AS SELECT {list} FROM {table} WITH NO DATA"
-                    ))
-                    .await
-                    .map_err(sql_error)?;
-                    copy(&tx, "sluice_stage", &columns, &delivery.rows).await?;
-                    if let Some(update) = Dialect::Postgres.update_from(&table, "sluice_stage", &columns, keys) {
-                        tx.batch_execute(&update).await.map_err(sql_error)?;
-                    }
-                    let insert = Dialect::Postgres.insert_missing(&table, "sluice_stage", &columns, keys);
-                    tx.batch_execute(&insert).await.map_err(sql_error)?;
-                }
-                if delivery.delete_count() > 0 && !created {
-                    let list = Dialect::Postgres.list(keys);
-                    tx.batch_execute(&format!(
-                        "CREATE TEMP TABLE sluice_gone ON COMMIT DROP AS SELECT {list} FROM {table} WITH NO DATA"
-                    ))
-                    .await
-                    .map_err(sql_error)?;
-                    copy(&tx, "sluice_gone", keys, &delivery.deletes).await?;
-                    tx.batch_execute(&Dialect::Postgres.delete_matching(&table, "sluice_gone", keys))
-                        .await
-                        .map_err(sql_error)?;
-                }
-            }
+        if let Some(stamp) = stamp {
+            let positions = self.positions();
+            tx.batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {positions} (owner text PRIMARY KEY, checkpoint text NOT NULL, \
+                 written_at timestamptz NOT NULL DEFAULT now())"
+            ))
+            .await
+            .map_err(sql_error)?;
+            tx.execute(
+                &format!(
+                    "INSERT INTO {positions} (owner, checkpoint) VALUES ($1, $2) ON CONFLICT (owner) \
+                     DO UPDATE SET checkpoint = excluded.checkpoint, written_at = now()"
+                ),
+                &[&stamp.owner, &stamp.checkpoint],
+            )
+            .await
+            .map_err(sql_error)?;
         }
         tx.commit().await.map_err(sql_error)
     }
+
+    async fn stamp(&mut self, owner: &str) -> Result<Option<String>> {
+        let client = self.config.client().await?;
+        let exists: bool = client
+            .query_one(
+                "SELECT to_regclass($1) IS NOT NULL",
+                &[&format!("{}.{}", Dialect::Postgres.quote(&self.config.schema), POSITIONS)],
+            )
+            .await
+            .map_err(sql_error)?
+            .get(0);
+        if !exists {
+            return Ok(None);
+        }
+        let row = client
+            .query_opt(&format!("SELECT checkpoint FROM {} WHERE owner = $1", self.positions()), &[&owner])
+            .await
+            .map_err(sql_error)?;
+        Ok(row.map(|r| r.get(0)))
+    }
+}
+
+/// The table in the destination's schema where streams keep their positions.
+const POSITIONS: &str = "sluice_positions";
+
+impl PostgresTarget {
+    fn positions(&self) -> String {
+        format!("{}.{}", Dialect::Postgres.quote(&self.config.schema), Dialect::Postgres.quote(POSITIONS))
+    }
+}
+
+/// Apply one delivery to `schema.name` inside `tx`: the table is created, or given the columns
+/// it lacks, first.
+async fn apply(tx: &Transaction<'_>, schema: &str, name: &str, delivery: &Delivery) -> Result<()> {
+    let table = format!("{}.{}", Dialect::Postgres.quote(schema), Dialect::Postgres.quote(name));
+    let keys: &[String] = if delivery.mode.keyed() { &delivery.keys } else { &[] };
+    let existing = existing_columns(tx, schema, name).await?;
+    let created = existing.is_empty();
+    if created {
+        tx.batch_execute(&Dialect::Postgres.create_table(&table, &delivery.schema, keys, false))
+            .await
+            .map_err(sql_error)?;
+    } else {
+        for field in delivery.schema.fields().iter().filter(|f| !existing.contains(f.name())) {
+            tx.batch_execute(&Dialect::Postgres.add_column(&table, field)).await.map_err(sql_error)?;
+        }
+    }
+    let columns = column_names(&delivery.schema);
+    match delivery.mode {
+        SyncMode::Replace => {
+            if !created {
+                tx.batch_execute(&format!("TRUNCATE {table}")).await.map_err(sql_error)?;
+            }
+            copy(tx, &table, &columns, &delivery.rows).await?;
+        }
+        SyncMode::Append => copy(tx, &table, &columns, &delivery.rows).await?,
+        SyncMode::Upsert | SyncMode::Mirror => {
+            if created {
+                // A table made by this run is empty: every row is an insert.
+                copy(tx, &table, &columns, &delivery.rows).await?;
+            } else if delivery.row_count() > 0 {
+                let list = Dialect::Postgres.list(&columns);
+                tx.batch_execute(&format!(
+                    "CREATE TEMP TABLE sluice_stage ON COMMIT DROP AS SELECT {list} FROM {table} WITH NO DATA"
+                ))
+                .await
+                .map_err(sql_error)?;
+                copy(tx, "sluice_stage", &columns, &delivery.rows).await?;
+                if let Some(update) = Dialect::Postgres.update_from(&table, "sluice_stage", &columns, keys) {
+                    tx.batch_execute(&update).await.map_err(sql_error)?;
+                }
+                let insert = Dialect::Postgres.insert_missing(&table, "sluice_stage", &columns, keys);
+                tx.batch_execute(&insert).await.map_err(sql_error)?;
+            }
+            if delivery.delete_count() > 0 && !created {
+                let list = Dialect::Postgres.list(keys);
+                tx.batch_execute(&format!(
+                    "CREATE TEMP TABLE sluice_gone ON COMMIT DROP AS SELECT {list} FROM {table} WITH NO DATA"
+                ))
+                .await
+                .map_err(sql_error)?;
+                copy(tx, "sluice_gone", keys, &delivery.deletes).await?;
+                tx.batch_execute(&Dialect::Postgres.delete_matching(&table, "sluice_gone", keys))
+                    .await
+                    .map_err(sql_error)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The table's columns; empty when it does not exist.
