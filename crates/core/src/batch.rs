@@ -235,6 +235,10 @@ pub struct RecordMeta {
     pub received_us: i64,
     /// Message key.
     pub key: Option<String>,
+    /// The transport carries message keys and this record has none (a Kafka message without a
+    /// key, a pushed `{"key": null, …}` pair): for Debezium, a row of a table without a primary
+    /// key. Without it, a missing key is unknown.
+    pub no_key: bool,
     /// Topic (or stream) the record came from.
     pub topic: Option<String>,
     /// Partition within the topic.

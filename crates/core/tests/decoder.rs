@@ -111,6 +111,7 @@ fn metadata_columns_and_templates() {
         meta: RecordMeta {
             received_us: 1,
             key: Some("k".into()),
+            no_key: false,
             topic: Some("orders".into()),
             partition: Some(0),
             offset: Some(42),

@@ -157,6 +157,7 @@ impl Context {
         let meta = RecordMeta {
             received_us: sluice_core::batch::now_us(),
             key: message.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+            no_key: message.key().is_none(),
             topic: Some(topic.clone()),
             partition: Some(i64::from(partition)),
             offset: Some(offset),

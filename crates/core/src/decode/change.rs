@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::batch::{ChangeOp, Payload};
+use crate::batch::{ChangeOp, Payload, RecordMeta};
 use crate::error::{Error, Result};
 use crate::format::debezium;
 
@@ -106,9 +106,32 @@ pub struct Change {
     pub unavailable: Vec<String>,
 }
 
+/// What the transport says about an event's message key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKey<'a> {
+    /// Nothing: a bare pushed value, whose key is unknown.
+    Unknown,
+    /// The message has no key (a Kafka message without one, a pushed pair with `"key": null`):
+    /// for Debezium, a row of a table without a primary key, identified by its whole image.
+    Absent,
+    /// The message key, as text.
+    Given(&'a str),
+}
+
+impl<'a> EventKey<'a> {
+    /// The key a record's metadata carries.
+    pub fn of(meta: &'a RecordMeta) -> Self {
+        match (&meta.key, meta.no_key) {
+            (Some(key), _) => Self::Given(key),
+            (None, true) => Self::Absent,
+            (None, false) => Self::Unknown,
+        }
+    }
+}
+
 /// The change an event carries, `Ok(None)` for events that change nothing (tombstones,
 /// heartbeats), or the reason it cannot be used.
-pub fn extract(format: Format, event: Value, key: Option<&str>) -> std::result::Result<Option<Change>, String> {
+pub fn extract(format: Format, event: Value, key: EventKey<'_>) -> std::result::Result<Option<Change>, String> {
     match format {
         Format::Debezium => debezium::change(event, key),
         Format::Json => match event {
@@ -147,9 +170,9 @@ pub fn render(template: &str, star: Option<&str>, route: &Route) -> std::result:
 }
 
 /// A Debezium event pushed with its message key, as Kafka Connect's JSON converter writes the
-/// pair: `{"key": …, "value": …}` (the key as JSON, or as its text). Anything else is
-/// handed back as it is.
-pub(super) fn keyed_pair(format: Format, payload: Payload) -> (Option<String>, Payload) {
+/// pair: `{"key": …, "value": …}` (the key as JSON, or as its text; `null` for a table without
+/// a primary key, `Some(None)`). Anything else is handed back as it is.
+pub(super) fn keyed_pair(format: Format, payload: Payload) -> (Option<Option<String>>, Payload) {
     match payload {
         Payload::Json(Value::Object(mut pair))
             if format == Format::Debezium
@@ -159,9 +182,9 @@ pub(super) fn keyed_pair(format: Format, payload: Payload) -> (Option<String>, P
         {
             let value = pair.remove("value").unwrap_or(Value::Null);
             let key = match pair.remove("key") {
-                Some(Value::String(text)) => text,
-                Some(other) => other.to_string(),
-                None => String::new(),
+                Some(Value::String(text)) => Some(text),
+                None | Some(Value::Null) => None,
+                Some(other) => Some(other.to_string()),
             };
             (Some(key), Payload::Json(value))
         }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::change::{Change, Format, extract, render};
+use super::change::{Change, EventKey, Format, extract, render};
 use super::{Ctx, Decoded, Decoder, MetadataConfig, TableBuilder};
 use crate::batch::{ChangeOp, MirrorWrite, Payload, RecordMeta};
 use crate::error::{Error, ErrorKind, Result};
@@ -42,7 +42,13 @@ impl Decoder {
         };
         let raw = || serde_json::to_string(&event).unwrap_or_default();
         let raw_text = if self.changes.format == Format::Debezium { Some(raw()) } else { None };
-        let change = match extract(self.changes.format, event, meta.key.as_deref()) {
+        // Keys the stream configures win over the event's: a keyless message is then not a
+        // whole-row identity.
+        let key = match EventKey::of(meta) {
+            EventKey::Absent if !self.changes.keys.is_empty() => EventKey::Unknown,
+            key => key,
+        };
+        let change = match extract(self.changes.format, event, key) {
             Ok(Some(c)) => c,
             Ok(None) => return Ok(()),
             Err(reason) => {

@@ -120,7 +120,7 @@ impl Decoder {
                 if self.changes.mode == Mode::Mirror {
                     match change::keyed_pair(self.changes.format, payload) {
                         (Some(key), value) => {
-                            let meta = RecordMeta { key: Some(key), ..record.meta.clone() };
+                            let meta = RecordMeta { no_key: key.is_none(), key, ..record.meta.clone() };
                             self.change_event(&meta, value, seq, &mut builders, &mut order, &mut out)?;
                         }
                         (None, payload) => {

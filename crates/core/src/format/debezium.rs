@@ -10,10 +10,11 @@
 use serde_json::{Map, Value};
 
 use crate::batch::ChangeOp;
-use crate::decode::change::{Change, Route};
+use crate::decode::change::{Change, EventKey, Route};
 
-/// The change in `event`; `Ok(None)` for a tombstone or an event that changes no row.
-pub fn change(event: Value, key: Option<&str>) -> Result<Option<Change>, String> {
+/// The change in `event`; `Ok(None)` for a tombstone or an event that changes no row. An
+/// absent key (a table without a primary key) makes the whole image the row's identity.
+pub fn change(event: Value, key: EventKey<'_>) -> Result<Option<Change>, String> {
     let (payload, schema) = unwrap(event);
     let mut payload = match payload {
         Value::Null => return Ok(None),
@@ -44,16 +45,35 @@ pub fn change(event: Value, key: Option<&str>) -> Result<Option<Change>, String>
         return Ok(Some(Change { op, image, before, keys, change_us, source, source_order, route, unavailable }));
     }
     let before = image(payload.remove("before"), schema.as_ref(), "before", binlog)?.map(|i| i.row);
-    let (after, unavailable) = match image(payload.remove("after"), schema.as_ref(), "after", binlog)? {
+    let (mut after, mut unavailable) = match image(payload.remove("after"), schema.as_ref(), "after", binlog)? {
         Some(i) => (Some(i.row), i.held),
         None => (None, Vec::new()),
     };
-    let keyed = key.map(|k| key_fields(k, mongo)).transpose()?.unwrap_or_default();
-    let keys: Vec<String> = keyed.keys().cloned().collect();
+    // An unchanged value the old image carries (REPLICA IDENTITY FULL inlines it) is that value.
+    if let (Some(after), Some(before)) = (after.as_mut(), before.as_ref()) {
+        unavailable.retain(|name| match before.get(name) {
+            Some(v) => {
+                after.insert(name.clone(), v.clone());
+                false
+            }
+            None => true,
+        });
+    }
+    // `None`: no key, the whole row is the identity.
+    let keyed = match key {
+        EventKey::Given(k) => key_fields(k, mongo)?,
+        EventKey::Absent => None,
+        EventKey::Unknown => Some(Map::new()),
+    };
+    let whole_row = keyed.is_none();
+    let keyed = keyed.unwrap_or_default();
     let (image, before) = match op {
         ChangeOp::Delete => {
             let image = before.or_else(|| (!keyed.is_empty()).then(|| keyed.clone()));
             let Some(image) = image else {
+                if whole_row {
+                    return Err(format!("a delete with no `before` image, of a table without a key{FULL}"));
+                }
                 return Err("a delete with no `before` image and no key: send the Debezium key".into());
             };
             (image, None)
@@ -64,11 +84,19 @@ pub fn change(event: Value, key: Option<&str>) -> Result<Option<Change>, String>
                     if mongo { ": set the MongoDB connector's capture.mode to change_streams_update_full" } else { "" };
                 return Err(format!("a {} with no `after` image{hint}", op.name()));
             };
+            if whole_row && op == ChangeOp::Update && before.is_none() {
+                return Err(format!("an update with no `before` image, of a table without a key{FULL}"));
+            }
             (after, before)
         }
     };
+    let keys: Vec<String> = if whole_row { image.keys().cloned().collect() } else { keyed.keys().cloned().collect() };
     Ok(Some(Change { op, image, before, keys, change_us, source, source_order, route, unavailable }))
 }
+
+/// What a keyless table needs for its updates and deletes to find their rows.
+const FULL: &str = " (no message key): its rows are found by their old image, so set REPLICA IDENTITY FULL on the \
+                    Postgres table (binlog_row_image=FULL on MySQL and MariaDB)";
 
 /// The payload and schema of a wrapped event, or the event itself.
 fn unwrap(event: Value) -> (Value, Option<Value>) {
@@ -154,13 +182,16 @@ fn image(v: Option<Value>, schema: Option<&Value>, field: &str, binlog: bool) ->
     Ok(Some(Image { row: image, held }))
 }
 
-/// The key's fields: the message key (JSON, maybe wrapped). MongoDB keys name `id` and hold
-/// the document's `_id` as extended JSON.
-fn key_fields(key: &str, mongo: bool) -> Result<Map<String, Value>, String> {
+/// The key's fields: the message key (JSON, maybe wrapped); `None` for a JSON null key (a
+/// table without a primary key). MongoDB keys name `id` and hold the document's `_id` as
+/// extended JSON.
+fn key_fields(key: &str, mongo: bool) -> Result<Option<Map<String, Value>>, String> {
     let parsed: Value = serde_json::from_str(key).map_err(|_| format!("the message key is not JSON: {key}"))?;
     let (payload, _) = unwrap(parsed);
-    let Value::Object(mut fields) = payload else {
-        return Err("the Debezium key must be a JSON object".into());
+    let mut fields = match payload {
+        Value::Object(fields) => fields,
+        Value::Null => return Ok(None),
+        _ => return Err("the Debezium key must be a JSON object".into()),
     };
     if mongo && let Some(id) = fields.remove("id") {
         let mut id = match id {
@@ -170,7 +201,7 @@ fn key_fields(key: &str, mongo: bool) -> Result<Map<String, Value>, String> {
         super::extended_json::simplify(&mut id);
         fields.insert("_id".into(), id);
     }
-    Ok(fields)
+    Ok(Some(fields))
 }
 
 /// The source's change time: `ts_us`, `ts_ns` or `ts_ms` of the source block.
