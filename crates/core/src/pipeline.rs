@@ -290,7 +290,8 @@ fn submit(s: &Stream<'_>, unit: WriteUnit, arrived: Vec<Instant>, reports: Vec<C
                 Ok(()) => break,
                 Err(e) if e.is_retryable() && !cancel.is_cancelled() => {
                     tracing::warn!(stream = %name, error = %e, "Write failed; retrying.");
-                    metrics.set_state("retrying", Some(e.to_string()));
+                    let state = if e.kind() == crate::ErrorKind::Connect { "reconnecting" } else { "retrying" };
+                    metrics.set_state(state, Some(e.to_string()));
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                 }

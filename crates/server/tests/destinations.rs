@@ -109,3 +109,57 @@ async fn destination_configs_are_checked_field_by_field() {
         assert!(body.to_string().contains(field), "{field}: {body}");
     }
 }
+
+/// The destination goes away for 20 s under a stream of pushes: the stream says it is
+/// reconnecting, the pushes wait or are told to retry, and once it is back every event is in it
+/// once.
+#[tokio::test]
+async fn a_destination_down_for_20_s_loses_nothing() {
+    let pg = Postgres::start();
+    let dir = DataDir::new("dest-down");
+    let server = Server::start(&dir.0).await;
+    let key = server
+        .create_stream(json!({"name": "p", "table": "events", "destination": postgres_destination(&pg),
+                              "flush": {"max_wait_ms": 50}}))
+        .await;
+    let pushing = {
+        let (url, key) = (server.url("/api/streams/p/push"), key.clone());
+        tokio::spawn(async move {
+            let http = crate::harness::client_builder().timeout(Duration::from_secs(120)).build().unwrap();
+            for i in 0..200 {
+                // Each push is retried until it is accepted: 503 and time-outs mean "again".
+                loop {
+                    let sent = http
+                        .post(&url)
+                        .bearer_auth(&key)
+                        .header("Idempotency-Key", format!("push-{i}"))
+                        .body(format!("{{\"id\": {i}}}"))
+                        .send()
+                        .await;
+                    if sent.is_ok_and(|r| r.status().as_u16() == 202) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    wait_until("some events in the destination", Duration::from_secs(60), || async { pg_count(&pg) >= 20 }).await;
+    pg.ctl("stop");
+    wait_until("the stream to report the destination down", Duration::from_secs(60), || async {
+        let (_, m) = server.get("/api/streams/p/metrics").await;
+        m["state"] == "reconnecting"
+    })
+    .await;
+    // Twenty seconds of outage: the scenario itself, not a wait for something.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    pg.ctl("start");
+    pushing.await.unwrap();
+    wait_until("every event in the destination", Duration::from_secs(90), || async { pg_count(&pg) >= 200 }).await;
+    assert_eq!(pg.lines("SELECT count(*), count(DISTINCT id), min(id), max(id) FROM events"), ["200|200|0|199"]);
+    wait_until("the stream to run again", Duration::from_secs(30), || async {
+        server.get("/api/streams/p/metrics").await.1["state"] == "running"
+    })
+    .await;
+}

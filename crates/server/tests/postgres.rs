@@ -73,6 +73,19 @@ impl Postgres {
         pg
     }
 
+    /// `pg_ctl stop` (fast) or `start`: the server goes away and comes back on its port.
+    pub fn ctl(&self, action: &str) {
+        run(Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(format!("{BIN}/pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .arg("-l")
+            .arg(self.dir.join("log"))
+            .args(["-w", "-t", "60", "-m", "fast", action])
+            .stdout(Stdio::null()));
+    }
+
     /// SQL as the superuser, over the Unix socket.
     pub fn admin(&self, sql: &str) -> String {
         run(Command::new(format!("{BIN}/psql"))
