@@ -122,11 +122,18 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
             .map_err(db_error)?;
             // A keyless table's key is its whole row, which grows with ADD COLUMN.
             add_key_columns(conn, &write.table, &mirror.keys)?;
+            // Identical snapshot rows of a keyless table share the snapshot's one position:
+            // they are counted, never taken for repeats of each other.
+            let counted = if mirror.whole_row {
+                format!(" AND __op <> '{}'", ChangeOp::Snapshot.name())
+            } else {
+                String::new()
+            };
             sql.push_str(&format!(
                 "DELETE FROM sluice.{STAGE} s USING sluice.{positions} p \
-                 WHERE {on_stage} AND s.__so IS NOT NULL AND p._source_order >= s.__so AND s.__op <> '{truncate}';
+                 WHERE {on_stage} AND s.__so IS NOT NULL AND p._source_order >= s.__so AND s.__op <> '{truncate}'{counted};
                  DELETE FROM sluice.{STAGE} WHERE __so IS NOT NULL AND rowid NOT IN \
-                 (SELECT min(rowid) FROM sluice.{STAGE} GROUP BY {partition}, __so, __rec);
+                 (SELECT min(rowid) FROM sluice.{STAGE} GROUP BY {partition}, __so, __rec){counted};
                  DELETE FROM sluice.{positions} p USING sluice.{STAGE} s \
                  WHERE {on_stage} AND s.__so IS NOT NULL AND s.__op <> '{truncate}';
                  INSERT INTO sluice.{positions} ({key_cols}, _source_order) SELECT {key_cols}, max(__so) FROM sluice.{STAGE} \
