@@ -124,11 +124,8 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
             add_key_columns(conn, &write.table, &mirror.keys)?;
             // Identical snapshot rows of a keyless table share the snapshot's one position:
             // they are counted, never taken for repeats of each other.
-            let counted = if mirror.whole_row {
-                format!(" AND __op <> '{}'", ChangeOp::Snapshot.name())
-            } else {
-                String::new()
-            };
+            let counted =
+                if mirror.whole_row { format!(" AND __op <> '{}'", ChangeOp::Snapshot.name()) } else { String::new() };
             sql.push_str(&format!(
                 "DELETE FROM sluice.{STAGE} s USING sluice.{positions} p \
                  WHERE {on_stage} AND s.__so IS NOT NULL AND p._source_order >= s.__so AND s.__op <> '{truncate}'{counted};
