@@ -46,11 +46,9 @@ impl DeliverySink {
     fn deliveries(&self, unit: &WriteUnit) -> Result<Vec<Delivery>> {
         let mut out = Vec::with_capacity(unit.tables.len());
         for table in &unit.tables {
-            if table.mirror.is_some() {
-                return Err(Error::new(
-                    ErrorKind::Fatal,
-                    "mirrored changes cannot be delivered to a destination yet; use the workspace",
-                ));
+            if let Some(mirror) = &table.mirror {
+                out.extend(super::delivery_mirror::deliveries(&self.stream, table, mirror)?);
+                continue;
             }
             let replace = table.snapshot.is_some_and(|s| s.clear);
             out.push(Delivery {

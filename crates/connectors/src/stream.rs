@@ -104,9 +104,6 @@ impl StreamConfig {
                 ));
             }
         }
-        if self.changes().mode != Mode::Append {
-            return Err(Error::config("mode", "a stream with a destination is append-only so far"));
-        }
         Ok(())
     }
 

@@ -305,14 +305,10 @@ async fn supervise(
                     metrics.set_state("reconnecting", Some(format!("destination: {e}")));
                 }
             }
-            tokio::select! {
-                _ = cancel.cancelled() => {
-                    source.close().await;
-                    return;
-                }
-                _ = tokio::time::sleep(backoff) => {}
+            if !pause(&cancel, &mut backoff).await {
+                source.close().await;
+                return;
             }
-            backoff = (backoff * 2).min(Duration::from_secs(30));
         }
         backoff = FIRST_BACKOFF;
     }
@@ -343,14 +339,10 @@ async fn supervise(
                 }
                 tracing::error!(stream = %config.name, error = %e, "Stream failed; restarting.");
                 metrics.set_state("failed", Some(e.to_string()));
-                tokio::select! {
-                    _ = cancel.cancelled() => {
-                        source.close().await;
-                        return;
-                    }
-                    _ = tokio::time::sleep(backoff) => {}
+                if !pause(&cancel, &mut backoff).await {
+                    source.close().await;
+                    return;
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(30));
                 // Resume from what is durable, with the table as it is now.
                 match reload(&workspace, delivery.as_deref(), &config).await {
                     Ok((cp, d)) => {
@@ -366,6 +358,16 @@ async fn supervise(
             }
         }
     }
+}
+
+/// Wait `backoff` and double it (up to 30 s); false when the stream is cancelled meanwhile.
+async fn pause(cancel: &CancellationToken, backoff: &mut Duration) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => return false,
+        _ = tokio::time::sleep(*backoff) => {}
+    }
+    *backoff = (*backoff * 2).min(Duration::from_secs(30));
+    true
 }
 
 /// The checkpoint to resume from and a decoder that knows the tables as they are. A stream

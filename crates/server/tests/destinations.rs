@@ -85,7 +85,6 @@ async fn kafka_to_postgres_append_exactly_once_across_two_kill_9() {
 
 #[tokio::test]
 async fn destination_configs_are_checked_field_by_field() {
-    let pg = Postgres::start();
     let dir = DataDir::new("dest-config");
     let server = Server::start(&dir.0).await;
     let cases = [
@@ -95,7 +94,10 @@ async fn destination_configs_are_checked_field_by_field() {
             "destination.table",
         ),
         (json!({"destination": {"kind": "sqlite", "path": "/tmp/x.db", "table": "t"}}), "destination.kind"),
-        (json!({"destination": postgres_destination(&pg), "mode": "mirror", "keys": ["id"]}), "mode"),
+        (
+            json!({"destination": {"kind": "postgres", "host": "h", "database": "d", "user": "u", "schema": " "}}),
+            "destination.schema",
+        ),
     ];
     for (extra, field) in cases {
         let mut stream = json!({"name": "bad", "table": "events"});
@@ -162,4 +164,104 @@ async fn a_destination_down_for_20_s_loses_nothing() {
         server.get("/api/streams/p/metrics").await.1["state"] == "running"
     })
     .await;
+}
+
+/// Postgres CDC into another database of the same kind: the snapshot, then changes (updates,
+/// deletes, a key change, a truncate-free run of writes), with kill -9 during the snapshot and
+/// during streaming; the target equals the source, and the history holds every change.
+#[tokio::test]
+async fn postgres_cdc_to_postgres_mirror_equals_the_source_across_kill_9() {
+    let pg = Postgres::start();
+    pg.admin("CREATE DATABASE mirror OWNER etl");
+    pg.sql(
+        "CREATE TABLE accounts (id int PRIMARY KEY, name text, amount numeric(12,2), at timestamptz, ok bool);
+         INSERT INTO accounts SELECT g, 'n' || g, g * 1.25, timestamptz '2024-01-01 00:00:00+00' + g * interval '1 minute',
+           g % 2 = 0 FROM generate_series(1, 60000) g;",
+    );
+    let dir = DataDir::new("dest-pg-cdc");
+    let mut server = Server::start(&dir.0).await;
+    let mut destination = postgres_destination(&pg);
+    destination["database"] = json!("mirror");
+    server
+        .create_stream(json!({
+            "name": "m", "table": "[table]", "history": true, "destination": destination,
+            "source": {"type": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest",
+                       "user": "etl", "password": "etl", "tables": ["public.accounts"], "snapshot_chunk_rows": 2000},
+            "flush": {"max_wait_ms": 20},
+        }))
+        .await;
+    let target_rows = || -> i64 {
+        let exists = pg.lines_in("mirror", "SELECT to_regclass('public.accounts') IS NOT NULL")[0] == "t";
+        if !exists {
+            return 0;
+        }
+        pg.lines_in("mirror", "SELECT count(*) FROM accounts")[0].parse().unwrap()
+    };
+    wait_until("part of the snapshot in the target", Duration::from_secs(120), || async { target_rows() >= 6000 })
+        .await;
+    server.kill9();
+    let seen = target_rows();
+    assert!(seen < 60_000, "the kill came after the snapshot ({seen} rows): it tests nothing");
+    server = Server::start(&dir.0).await;
+    wait_until("the whole snapshot in the target", Duration::from_secs(180), || async { target_rows() >= 60_000 })
+        .await;
+
+    // Changes, paced, with a kill -9 while they stream.
+    let mut script = String::new();
+    for i in 0..200 {
+        script.push_str(&format!(
+            "BEGIN; UPDATE accounts SET amount = amount + 1, name = 'u{i}' WHERE id = {};
+             DELETE FROM accounts WHERE id = {}; INSERT INTO accounts VALUES ({}, NULL, 0.5, now(), NULL);
+             UPDATE accounts SET id = {} WHERE id = {}; COMMIT; SELECT pg_sleep(0.02);\n",
+            i + 1,
+            i + 1000,
+            100_000 + i,
+            200_000 + i,
+            i + 2000,
+        ));
+    }
+    let file = dir.0.join("changes.sql");
+    std::fs::write(&file, script).unwrap();
+    let mut writer = std::process::Command::new(format!("{}/psql", crate::postgres::BIN))
+        .env("PGPASSWORD", "etl")
+        .args(["-h", "127.0.0.1", "-p", &pg.port.to_string(), "-U", "etl", "-d", "etltest", "-q", "-v"])
+        .args(["ON_ERROR_STOP=1", "-f"])
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("some changes in the target", Duration::from_secs(60), || async {
+        pg.lines_in("mirror", "SELECT count(*) FROM accounts WHERE id >= 100000")[0].parse::<i64>().unwrap() >= 20
+    })
+    .await;
+    server.kill9();
+    let running = writer.try_wait().unwrap().is_none();
+    server = Server::start(&dir.0).await;
+    assert!(writer.wait().unwrap().success());
+    assert!(running, "the changes ended before the kill: it tests nothing");
+    const ROWS: &str = "SELECT id, coalesce(name, '-'), amount, extract(epoch FROM at)::bigint, coalesce(ok::text, '-') \
+                        FROM accounts ORDER BY id";
+    let want = pg.lines(ROWS);
+    wait_until("the target to equal the source", Duration::from_secs(120), || async {
+        pg.lines_in("mirror", ROWS) == want
+    })
+    .await;
+    // The history: every snapshot row and every change once; a key change is a delete of the
+    // old key (not recorded) and its new row.
+    let ops = pg.lines_in(
+        "mirror",
+        "SELECT _op, count(*), count(DISTINCT _sequence) FROM accounts__changes GROUP BY 1 ORDER BY 1",
+    );
+    assert_eq!(ops, ["delete|200|200", "insert|200|200", "snapshot|60000|60000", "update|400|400"], "{ops:?}");
+    let types = pg.lines_in(
+        "mirror",
+        "SELECT column_name || ':' || data_type FROM information_schema.columns WHERE table_name = 'accounts' \
+         ORDER BY ordinal_position",
+    );
+    assert!(
+        types.iter().any(|t| t == "amount:numeric") && types.iter().any(|t| t == "at:timestamp with time zone"),
+        "{types:?}"
+    );
+    let (_, metrics) = server.get("/api/streams/m/metrics").await;
+    assert_eq!(metrics["state"], "running", "{metrics}");
 }

@@ -132,6 +132,17 @@ impl Postgres {
     pub fn lines(&self, sql: &str) -> Vec<String> {
         self.sql(sql).lines().map(str::to_string).collect()
     }
+
+    /// Rows of `sql` as `etl` in `database`, one `|`-separated line each.
+    pub fn lines_in(&self, database: &str, sql: &str) -> Vec<String> {
+        run(Command::new(format!("{BIN}/psql"))
+            .env("PGPASSWORD", "etl")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "etl", "-d", database])
+            .args(["-qAt", "-v", "ON_ERROR_STOP=1", "-c", sql]))
+        .lines()
+        .map(str::to_string)
+        .collect()
+    }
 }
 
 impl Drop for Postgres {

@@ -25,6 +25,10 @@ pub struct KafkaBenchArgs {
     /// Partitions of the topic.
     #[arg(long, default_value_t = 3)]
     pub partitions: i32,
+    /// A stream destination (JSON, as in a stream's config): the rows go there instead of the
+    /// workspace, and the run ends when the stream has written them all.
+    #[arg(long)]
+    pub destination: Option<String>,
 }
 
 /// Produce, read raw, then read through Sluice; print both rates.
@@ -68,7 +72,14 @@ pub async fn run(args: KafkaBenchArgs) -> Result<(), String> {
 
     eprintln!("sluice");
     let source = json!({"type": "kafka", "brokers": [args.brokers], "topics": [topic]});
-    let (sluice_secs, rss) = super::time_stream("kafka", source, args.events).await?;
+    let destination = args
+        .destination
+        .as_deref()
+        .map(serde_json::from_str::<serde_json::Value>)
+        .transpose()
+        .map_err(|e| format!("--destination: {e}"))?;
+    let into = if destination.is_some() { "destination table" } else { "table" };
+    let (sluice_secs, rss) = super::time_stream("kafka", source, destination, args.events).await?;
 
     let mb = bytes as f64 / 1e6;
     println!("events: {} ({mb:.1} MB of values), topic with {} partitions", args.events, args.partitions);
@@ -85,7 +96,7 @@ pub async fn run(args: KafkaBenchArgs) -> Result<(), String> {
         mb / raw_secs
     );
     println!(
-        "| Sluice topic → table (stream created → all rows queryable) | {:.0} | {:.1} | {sluice_secs:.1} |",
+        "| Sluice topic → {into} (stream created → all rows committed) | {:.0} | {:.1} | {sluice_secs:.1} |",
         args.events as f64 / sluice_secs,
         mb / sluice_secs
     );

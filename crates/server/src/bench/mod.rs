@@ -171,14 +171,26 @@ async fn latency_run(
 
 /// In a throwaway server, a stream `bench` reading `source` into table `bench`: seconds from
 /// its creation until `events` rows are queryable, and the server's peak RSS (KiB).
-async fn time_stream(label: &str, source: Value, events: usize) -> Result<(f64, u64), String> {
+async fn time_stream(
+    label: &str,
+    source: Value,
+    destination: Option<Value>,
+    events: usize,
+) -> Result<(f64, u64), String> {
     let dir = std::env::temp_dir().join(format!("sluice-bench-{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let server = ServerProcess::start(&dir).await?;
     let http = reqwest::Client::new();
     let t = Instant::now();
-    server.create(&http, json!({"name": "bench", "table": "bench", "source": source})).await?;
-    let secs = server.wait_rows(&http, "bench", events, t).await;
+    let mut config = json!({"name": "bench", "table": "bench", "source": source});
+    let secs = if let Some(destination) = destination {
+        config["destination"] = destination;
+        server.create(&http, config).await?;
+        server.wait_written(&http, "bench", events, t).await
+    } else {
+        server.create(&http, config).await?;
+        server.wait_rows(&http, "bench", events, t).await
+    };
     let rss = server.peak_rss_kib();
     server.stop();
     let _ = std::fs::remove_dir_all(&dir);
@@ -252,6 +264,30 @@ impl ServerProcess {
             }
             if since.elapsed() > Duration::from_secs(1200) {
                 return Err(format!("only {rows} rows after 1200 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Wait until `stream` has written `n` rows (to its destination); seconds from `since`.
+    async fn wait_written(
+        &self,
+        http: &reqwest::Client,
+        stream: &str,
+        n: usize,
+        since: Instant,
+    ) -> Result<f64, String> {
+        loop {
+            let url = format!("{}/api/streams/{stream}/metrics", self.base);
+            let m: Value = match http.get(url).send().await {
+                Ok(r) => r.json().await.unwrap_or(Value::Null),
+                Err(_) => Value::Null,
+            };
+            if m["rows_written"].as_u64().unwrap_or(0) >= n as u64 {
+                return Ok(since.elapsed().as_secs_f64());
+            }
+            if since.elapsed() > Duration::from_secs(1200) {
+                return Err(format!("only {} rows after 1200 s: {m}", m["rows_written"]));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Stream-destination benchmark: 1M generated events in a tansu topic, delivered by Sluice into a
+# table of a throwaway PostgreSQL 15 (exactly once: position committed with the rows), against
+# PostgreSQL's own COPY of the same rows (exported from that table, loaded into an empty copy).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+source scripts/services/tansu.sh
+source scripts/services/postgres.sh
+cargo build --release --locked -p sluice --quiet
+dir=$(mktemp -d /tmp/sluice-bench-dest.XXXXXX)
+chmod 755 "$dir"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+kport=$(free_port)
+pport=$(free_port)
+bin=/usr/lib/postgresql/15/bin
+(cd "$dir" && exec "$TANSU_BIN" broker --listener-url "tcp://127.0.0.1:$kport" \
+  --advertised-listener-url "tcp://127.0.0.1:$kport" --storage-engine sqlite://tansu.db --silent) &
+broker=$!
+mkdir "$dir/pg" && chown postgres:postgres "$dir/pg"
+runuser -u postgres -- "$bin/initdb" -D "$dir/pg/data" -U postgres --auth=trust -E UTF8 --locale=C --no-sync >/dev/null
+printf "listen_addresses = '127.0.0.1'\nport = %s\nunix_socket_directories = '%s'\nfsync = on\n" "$pport" "$dir/pg" \
+  >> "$dir/pg/data/postgresql.conf"
+runuser -u postgres -- "$bin/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/log" -w start >/dev/null
+trap 'runuser -u postgres -- "$bin/pg_ctl" -D "$dir/pg/data" -m immediate stop >/dev/null 2>&1; kill $broker 2>/dev/null; wait $broker 2>/dev/null; rm -rf "$dir"' EXIT
+psql() { "$bin/psql" -h 127.0.0.1 -p "$pport" -U postgres -d postgres -qAt -v ON_ERROR_STOP=1 "$@"; }
+for _ in $(seq 1 60); do
+  timeout 2 "$TANSU_BIN" topic list --broker "tcp://127.0.0.1:$kport" >/dev/null 2>&1 && break
+  sleep 0.5
+done
+destination="{\"kind\": \"postgres\", \"host\": \"127.0.0.1\", \"port\": $pport, \"database\": \"postgres\", \"user\": \"postgres\", \"schema\": \"public\"}"
+"$CARGO_TARGET_DIR/release/sluice" bench-kafka --brokers "127.0.0.1:$kport" --destination "$destination" "$@"
+rows=$(psql -c "SELECT count(*) FROM bench")
+
+psql -c "\\copy bench TO '$dir/rows.txt'"
+psql -c "CREATE TABLE copy_baseline (LIKE bench)"
+start=$(date +%s.%N)
+psql -c "\\copy copy_baseline FROM '$dir/rows.txt'"
+end=$(date +%s.%N)
+copy_secs=$(python3 -c "print(f'{$end - $start:.1f}')")
+echo "destination rows: $rows"
+echo "| PostgreSQL COPY of the same rows (psql \\copy, text) | $(python3 -c "print(f'{$rows / ($end - $start):.0f}')") | | $copy_secs |"
