@@ -84,25 +84,32 @@ impl StreamConfig {
         }
     }
 
-    /// A stream's destination: the kinds built so far, in append mode, table named by `table`.
+    /// A stream's destination: the database kinds, the table named by the stream's `table`.
     fn validate_destination(&self) -> Result<()> {
         let Some(destination) = &self.destination else { return Ok(()) };
-        match destination {
+        let table = match destination {
             DestinationConfig::Postgres(c) => {
-                if !c.table.is_empty() {
-                    return Err(Error::config(
-                        "destination.table",
-                        "leave it out: the stream's `table` names the destination table",
-                    ));
-                }
                 c.validate_connection()?;
+                &c.table
             }
-            _ => {
+            DestinationConfig::Mysql(c) => {
+                c.validate_connection()?;
+                &c.table
+            }
+            DestinationConfig::Sqlite(c) => {
+                c.validate_connection()?;
+                &c.table
+            }
+            DestinationConfig::Files(_) | DestinationConfig::Http(_) => {
                 return Err(Error::config(
                     "destination.kind",
-                    "streams can deliver to `postgres` so far; use a sync from the workspace for the others",
+                    "streams can deliver to `postgres`, `mysql` and `sqlite` so far; use a sync from the \
+                     workspace for files and HTTP APIs",
                 ));
             }
+        };
+        if !table.is_empty() {
+            return Err(Error::config("destination.table", "leave it out: the stream's `table` names the destination table"));
         }
         Ok(())
     }
@@ -127,8 +134,10 @@ impl StreamConfig {
                 out.insert(path.to_string(), s.expose().to_string());
             }
         };
-        if let Some(DestinationConfig::Postgres(pg)) = &self.destination {
-            keep("destination.password", pg.password.as_ref());
+        match &self.destination {
+            Some(DestinationConfig::Postgres(c)) => keep("destination.password", c.password.as_ref()),
+            Some(DestinationConfig::Mysql(c)) => keep("destination.password", c.password.as_ref()),
+            _ => {}
         }
         match &self.source {
             SourceConfig::Kafka(kafka) => {
@@ -183,8 +192,10 @@ impl StreamConfig {
             SourceConfig::Postgres(pg) => restore(&mut pg.password, "source.password"),
             SourceConfig::HttpPush(_) => {}
         }
-        if let Some(DestinationConfig::Postgres(pg)) = self.destination.as_mut() {
-            restore(&mut pg.password, "destination.password");
+        match self.destination.as_mut() {
+            Some(DestinationConfig::Postgres(c)) => restore(&mut c.password, "destination.password"),
+            Some(DestinationConfig::Mysql(c)) => restore(&mut c.password, "destination.password"),
+            _ => {}
         }
     }
 }

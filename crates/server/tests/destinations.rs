@@ -93,7 +93,7 @@ async fn destination_configs_are_checked_field_by_field() {
             json!({"destination": {"kind": "postgres", "host": "h", "database": "d", "user": "u", "table": "x"}}),
             "destination.table",
         ),
-        (json!({"destination": {"kind": "sqlite", "path": "/tmp/x.db", "table": "t"}}), "destination.kind"),
+        (json!({"destination": {"kind": "files", "location": "/tmp/x", "format": "csv"}}), "destination.kind"),
         (
             json!({"destination": {"kind": "postgres", "host": "h", "database": "d", "user": "u", "schema": " "}}),
             "destination.schema",

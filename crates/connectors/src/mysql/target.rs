@@ -30,7 +30,8 @@ pub struct MysqlTableConfig {
     /// Password; never serialized back.
     #[serde(default, skip_serializing)]
     pub password: Option<Secret>,
-    /// The table; created when missing.
+    /// The table; created when missing. A stream leaves it out: its `table` names the table.
+    #[serde(default)]
     pub table: String,
     /// A read-only connection cannot be a destination; turn this off to let syncs write.
     #[serde(default)]
@@ -44,15 +45,21 @@ fn default_port() -> u16 {
 impl MysqlTableConfig {
     /// Check the fields; pure.
     pub fn validate(&self) -> Result<()> {
-        for (field, value) in
-            [("host", &self.host), ("database", &self.database), ("user", &self.user), ("table", &self.table)]
-        {
-            if value.trim().is_empty() {
-                return Err(Error::config(&format!("destination.{field}"), "must not be empty"));
-            }
+        if self.table.trim().is_empty() {
+            return Err(Error::config("destination.table", "must not be empty"));
         }
         if self.table.len() > 64 {
             return Err(Error::config("destination.table", "at most 64 characters (MySQL's limit)"));
+        }
+        self.validate_connection()
+    }
+
+    /// Check every field but the table (a stream's destination takes the stream's); pure.
+    pub fn validate_connection(&self) -> Result<()> {
+        for (field, value) in [("host", &self.host), ("database", &self.database), ("user", &self.user)] {
+            if value.trim().is_empty() {
+                return Err(Error::config(&format!("destination.{field}"), "must not be empty"));
+            }
         }
         if self.read_only {
             return Err(Error::config(

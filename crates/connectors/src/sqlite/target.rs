@@ -22,7 +22,8 @@ const D: Dialect = Dialect::Sqlite;
 pub struct SqliteTableConfig {
     /// The database file; created when missing.
     pub path: PathBuf,
-    /// The table; created when missing.
+    /// The table; created when missing. A stream leaves it out: its `table` names the table.
+    #[serde(default)]
     pub table: String,
     /// A read-only connection cannot be a destination; turn this off to let syncs write.
     #[serde(default)]
@@ -32,11 +33,16 @@ pub struct SqliteTableConfig {
 impl SqliteTableConfig {
     /// Check the fields; pure.
     pub fn validate(&self) -> Result<()> {
-        if self.path.as_os_str().is_empty() {
-            return Err(Error::config("destination.path", "must not be empty"));
-        }
         if self.table.trim().is_empty() {
             return Err(Error::config("destination.table", "must not be empty"));
+        }
+        self.validate_connection()
+    }
+
+    /// Check every field but the table (a stream's destination takes the stream's); pure.
+    pub fn validate_connection(&self) -> Result<()> {
+        if self.path.as_os_str().is_empty() {
+            return Err(Error::config("destination.path", "must not be empty"));
         }
         if self.read_only {
             return Err(Error::config(

@@ -1,0 +1,1 @@
+//! Streams into SQLite (filled in by the SQLite destination work).
