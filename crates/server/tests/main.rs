@@ -14,6 +14,7 @@ mod debezium_capture;
 mod debezium_fidelity;
 mod debezium_real;
 mod destinations;
+mod destinations_mariadb;
 mod destinations_sqlite;
 mod hardening;
 mod kafka;

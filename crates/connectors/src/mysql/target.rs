@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder};
 use serde::{Deserialize, Serialize};
-use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Secret, SyncMode};
+use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Secret, Stamp, SyncMode};
 
 use crate::sql_table::{Dialect, Literals, column_names};
 
@@ -118,25 +118,86 @@ impl Destination for MysqlTarget {
     }
 
     async fn deliver(&mut self, delivery: &Delivery) -> Result<()> {
+        self.write(std::slice::from_ref(delivery), None).await
+    }
+
+    async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
         let mut conn = self.config.connect().await?;
-        let result = deliver(&mut conn, &self.config.table, delivery).await;
+        let result = write(&mut conn, &self.config.table, deliveries, stamp).await;
         let _ = conn.disconnect().await;
         result
     }
+
+    async fn stamp(&mut self, owner: &str) -> Result<Option<String>> {
+        let mut conn = self.config.connect().await?;
+        let found = async {
+            let exists: Option<i64> = conn
+                .exec_first(
+                    "SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?",
+                    (POSITIONS,),
+                )
+                .await
+                .map_err(sql_error)?;
+            if exists.is_none() {
+                return Ok(None);
+            }
+            conn.exec_first(format!("SELECT checkpoint FROM {} WHERE owner = ?", D.quote(POSITIONS)), (owner,))
+                .await
+                .map_err(sql_error)
+        }
+        .await;
+        let _ = conn.disconnect().await;
+        found
+    }
 }
 
-async fn deliver(conn: &mut Conn, name: &str, delivery: &Delivery) -> Result<()> {
-    let table = D.quote(name);
-    let keys: &[String] = if delivery.mode.keyed() { &delivery.keys } else { &[] };
-    let columns = column_names(&delivery.schema);
-    let existing = existing_columns(conn, name).await?;
-    if existing.is_empty() {
-        conn.query_drop(D.create_table(&table, &delivery.schema, keys, true)).await.map_err(sql_error)?;
-    } else {
-        add_missing(conn, &table, delivery, &existing).await?;
+/// The table where streams keep their positions, beside their tables.
+const POSITIONS: &str = "sluice_positions";
+
+/// Apply `deliveries` and `stamp` in one transaction. Table DDL commits implicitly in MySQL, so
+/// tables are created and given their new columns first, outside it (each step idempotent).
+async fn write(conn: &mut Conn, configured: &str, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
+    for delivery in deliveries {
+        let name = delivery.table.as_deref().unwrap_or(configured);
+        let keys: &[String] = if delivery.mode.keyed() { &delivery.keys } else { &[] };
+        let existing = existing_columns(conn, name).await?;
+        if existing.is_empty() {
+            conn.query_drop(D.create_table(&D.quote(name), &delivery.schema, keys, true)).await.map_err(sql_error)?;
+        } else {
+            add_missing(conn, &D.quote(name), delivery, &existing).await?;
+        }
+    }
+    if stamp.is_some() {
+        conn.query_drop(format!(
+            "CREATE TABLE IF NOT EXISTS {} (owner VARCHAR(255) PRIMARY KEY, checkpoint LONGTEXT NOT NULL, \
+             written_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))",
+            D.quote(POSITIONS)
+        ))
+        .await
+        .map_err(sql_error)?;
     }
     conn.query_drop("START TRANSACTION").await.map_err(sql_error)?;
-    let applied = apply(conn, &table, &columns, keys, delivery).await;
+    let applied = async {
+        for delivery in deliveries {
+            let table = D.quote(delivery.table.as_deref().unwrap_or(configured));
+            let keys: &[String] = if delivery.mode.keyed() { &delivery.keys } else { &[] };
+            apply(conn, &table, &column_names(&delivery.schema), keys, delivery).await?;
+        }
+        if let Some(stamp) = stamp {
+            conn.exec_drop(
+                format!(
+                    "INSERT INTO {} (owner, checkpoint) VALUES (?, ?) ON DUPLICATE KEY UPDATE \
+                     checkpoint = VALUES(checkpoint), written_at = CURRENT_TIMESTAMP(6)",
+                    D.quote(POSITIONS)
+                ),
+                (&stamp.owner, &stamp.checkpoint),
+            )
+            .await
+            .map_err(sql_error)?;
+        }
+        Ok::<(), Error>(())
+    }
+    .await;
     match applied {
         Ok(()) => conn.query_drop("COMMIT").await.map_err(sql_error),
         Err(e) => {
