@@ -29,6 +29,11 @@ impl DeliverySink {
         Ok(Self { stream: stream.to_string(), destination: Mutex::new(build_destination(config)?), workspace })
     }
 
+    /// The key columns the destination declares for `table` (see `Destination::keys`).
+    pub async fn keys(&self, table: &str) -> Result<Option<Vec<String>>> {
+        self.destination.lock().await.keys(table).await
+    }
+
     /// The checkpoint the destination holds for the stream: where it resumes.
     pub async fn checkpoint(&self) -> Result<Option<Checkpoint>> {
         let Some(text) = self.destination.lock().await.stamp(&self.stream).await? else { return Ok(None) };

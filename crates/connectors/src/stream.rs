@@ -74,7 +74,9 @@ impl StreamConfig {
             return Err(Error::config("push_key", "must be at least 16 characters"));
         }
         self.flush.validate()?;
-        self.changes().validate()?;
+        if !self.detects_keys() {
+            self.changes().validate()?;
+        }
         self.validate_destination()?;
         match &self.source {
             SourceConfig::HttpPush(c) => c.validate(),
@@ -82,6 +84,16 @@ impl StreamConfig {
             SourceConfig::Kinesis(c) => c.validate(),
             SourceConfig::Postgres(c) => c.validate(),
         }
+    }
+
+    /// Whether the stream's keys come from its destination table: a JSON mirror with a
+    /// destination and no `keys` (the supervisor looks them up before it starts the stream).
+    pub fn detects_keys(&self) -> bool {
+        let changes = self.changes();
+        self.destination.is_some()
+            && changes.keys.is_empty()
+            && changes.mode == Mode::Mirror
+            && changes.format == Format::Json
     }
 
     /// A stream's destination: the database kinds, the table named by the stream's `table`.
@@ -109,7 +121,10 @@ impl StreamConfig {
             }
         };
         if !table.is_empty() {
-            return Err(Error::config("destination.table", "leave it out: the stream's `table` names the destination table"));
+            return Err(Error::config(
+                "destination.table",
+                "leave it out: the stream's `table` names the destination table",
+            ));
         }
         Ok(())
     }

@@ -115,6 +115,14 @@ pub trait Destination: Send {
         Ok(())
     }
 
+    /// The key columns of `table` as the destination declares them: its primary key, else its
+    /// narrowest unique index. `None`: the table does not exist, or this kind cannot tell;
+    /// empty: it has neither.
+    async fn keys(&mut self, table: &str) -> Result<Option<Vec<String>>> {
+        let _ = table;
+        Ok(None)
+    }
+
     /// The checkpoint `owner` last wrote with its rows, where the destination keeps stamps.
     async fn stamp(&mut self, owner: &str) -> Result<Option<String>> {
         let _ = owner;

@@ -136,6 +136,7 @@ impl Supervisor {
 
     /// Stop the old run of a stream (if any) and start the new config, or the old one again.
     async fn restart(&self, config: StreamConfig, key_hash: String) -> Result<()> {
+        let config = with_detected_keys(config, &self.workspace).await?;
         let stored = serde_json::to_value(&config)
             .map_err(|e| Error::new(ErrorKind::Fatal, "cannot serialize config").with_source(e))?;
         let previous = self.stop(&config.name).await;
@@ -356,6 +357,33 @@ async fn supervise(
                     Err(e) => tracing::error!(stream = %config.name, error = %e, "Reload failed."),
                 }
             }
+        }
+    }
+}
+
+/// A JSON mirror into a destination without `keys` takes the destination table's primary key
+/// (or narrowest unique index); the keys are then stored with the config. A table that does
+/// not exist or has neither is refused, saying what to do.
+async fn with_detected_keys(mut config: StreamConfig, workspace: &Workspace) -> Result<StreamConfig> {
+    let Some(destination) = config.destination.as_ref().filter(|_| config.detects_keys()) else { return Ok(config) };
+    let refuse = |why: String| Error::new(ErrorKind::Config, format!("keys: {why}; set `keys` on the stream"));
+    if config.table.contains(['*', '[']) {
+        return Err(refuse(format!("the table name '{}' is a template, so no one table's key applies", config.table)));
+    }
+    let sink = DeliverySink::new(&config.name, destination, workspace.clone())?;
+    match sink.keys(&config.table).await? {
+        None => Err(refuse(format!(
+            "the destination table '{}' does not exist (or this kind cannot tell its key), so its key cannot be read",
+            config.table
+        ))),
+        Some(keys) if keys.is_empty() => Err(refuse(format!(
+            "the destination table '{}' has no primary key or unique index to match rows on",
+            config.table
+        ))),
+        Some(keys) => {
+            tracing::info!(stream = %config.name, keys = ?keys, "Keys taken from the destination table.");
+            config.keys = keys;
+            Ok(config)
         }
     }
 }

@@ -265,3 +265,39 @@ async fn postgres_cdc_to_postgres_mirror_equals_the_source_across_kill_9() {
     let (_, metrics) = server.get("/api/streams/m/metrics").await;
     assert_eq!(metrics["state"], "running", "{metrics}");
 }
+
+/// A JSON mirror into Postgres without `keys` takes the destination table's unique index; a
+/// table with no key, or none at all, is refused with 422 saying what to do.
+#[tokio::test]
+async fn mirror_keys_are_detected_from_the_destination_table_or_refused() {
+    let pg = Postgres::start();
+    pg.sql(
+        "CREATE TABLE people (id int, email text NOT NULL, name text); CREATE UNIQUE INDEX ON people (email);
+         INSERT INTO people VALUES (1, 'a@x', 'Ann');
+         CREATE TABLE bare (id int, name text);",
+    );
+    let dir = DataDir::new("dest-keys");
+    let server = Server::start(&dir.0).await;
+    let stream = |name: &str, table: &str| {
+        json!({"name": name, "table": table, "mode": "mirror", "destination": postgres_destination(&pg),
+               "flush": {"max_wait_ms": 20}})
+    };
+    for (table, why) in [("bare", "no primary key or unique index"), ("missing", "does not exist")] {
+        let r = server.http.post(server.url("/api/streams")).json(&stream("s", table)).send().await.unwrap();
+        let status = r.status().as_u16();
+        let body: Value = r.json().await.unwrap_or(Value::Null);
+        assert_eq!(status, 422, "{body}");
+        let text = body.to_string();
+        assert!(text.contains(why) && text.contains("keys"), "{text}");
+    }
+    let key = server.create_stream(stream("p", "people")).await;
+    let (_, described) = server.get("/api/streams/p").await;
+    assert_eq!(described["config"]["keys"], json!(["email"]), "{described}");
+    let body = r#"[{"id": 1, "email": "a@x", "name": "Ann B"}, {"id": 2, "email": "b@x", "name": "Bo"}]"#;
+    let (status, answer) = server.push("p", &key, body).await;
+    assert_eq!(status, 202, "{answer}");
+    wait_until("the upserts in the destination", Duration::from_secs(60), || async {
+        pg.lines("SELECT id, email, name FROM people ORDER BY id") == ["1|a@x|Ann B", "2|b@x|Bo"]
+    })
+    .await;
+}

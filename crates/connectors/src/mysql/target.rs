@@ -128,6 +128,28 @@ impl Destination for MysqlTarget {
         result
     }
 
+    async fn keys(&mut self, table: &str) -> Result<Option<Vec<String>>> {
+        let mut conn = self.config.connect().await?;
+        let found = async {
+            if existing_columns(&mut conn, table).await?.is_empty() {
+                return Ok(None);
+            }
+            let rows: Vec<(String, String)> = conn
+                .exec(
+                    "SELECT index_name, column_name FROM information_schema.statistics WHERE table_schema = DATABASE() \
+                     AND table_name = ? AND non_unique = 0 ORDER BY index_name = 'PRIMARY' DESC, index_name, seq_in_index",
+                    (table,),
+                )
+                .await
+                .map_err(sql_error)?;
+            let first = rows.first().map(|(index, _)| index.clone());
+            Ok(Some(rows.into_iter().filter(|(index, _)| Some(index) == first.as_ref()).map(|(_, c)| c).collect()))
+        }
+        .await;
+        let _ = conn.disconnect().await;
+        found
+    }
+
     async fn stamp(&mut self, owner: &str) -> Result<Option<String>> {
         let mut conn = self.config.connect().await?;
         let found = async {

@@ -155,6 +155,29 @@ impl Destination for PostgresTarget {
         tx.commit().await.map_err(sql_error)
     }
 
+    async fn keys(&mut self, table: &str) -> Result<Option<Vec<String>>> {
+        let client = self.config.client().await?;
+        let name = format!("{}.{}", Dialect::Postgres.quote(&self.config.schema), Dialect::Postgres.quote(table));
+        let exists: bool =
+            client.query_one("SELECT to_regclass($1) IS NOT NULL", &[&name]).await.map_err(sql_error)?.get(0);
+        if !exists {
+            return Ok(None);
+        }
+        let row = client
+            .query_opt(
+                "SELECT array_agg(a.attname::text ORDER BY k.ord) FROM pg_index i \
+                 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) \
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+                 WHERE i.indrelid = to_regclass($1) \
+                   AND (i.indisprimary OR (i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL)) \
+                 GROUP BY i.indexrelid, i.indisprimary ORDER BY i.indisprimary DESC, count(*), i.indexrelid LIMIT 1",
+                &[&name],
+            )
+            .await
+            .map_err(sql_error)?;
+        Ok(Some(row.map(|r| r.get::<_, Vec<String>>(0)).unwrap_or_default()))
+    }
+
     async fn stamp(&mut self, owner: &str) -> Result<Option<String>> {
         let client = self.config.client().await?;
         let exists: bool = client

@@ -68,7 +68,11 @@ pub async fn create(
         _ => None,
     };
     let key_hash = key.as_deref().map(keys::hash).unwrap_or_default();
-    state.supervisor.save_and_start(config.clone(), key_hash).await?;
+    // A valid config that cannot start as asked (say, a destination table without a key) is 422.
+    state.supervisor.save_and_start(config.clone(), key_hash).await.map_err(|e| match e.kind() {
+        sluice_core::ErrorKind::Config => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        _ => e.into(),
+    })?;
     let stream = state.supervisor.get(&config.name).await.ok_or_else(|| ApiError::no_stream(&config.name))?;
     let mut body = describe(&stream);
     if let Some(key) = key {
