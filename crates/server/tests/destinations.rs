@@ -33,9 +33,11 @@ async fn kafka_to_postgres_append_exactly_once_across_two_kill_9() {
     let mut server = Server::start(&dir.0).await;
     let mut stream = crate::kafka::kafka_stream("o", "events", &broker, json!(["orders"]));
     stream["destination"] = postgres_destination(&pg);
+    // Small units, so that a backlog after a restart is written in many steps a kill can split.
+    stream["flush"] = json!({"max_rows": 1000, "max_wait_ms": 50});
     server.create_stream(stream).await;
 
-    // 30,000 orders; from the 15,000th on they carry a `coupon`: a column added mid-stream.
+    // 30,000 orders, over about six seconds; from the 15,000th on they carry a `coupon`: a column added mid-stream.
     const TOTAL: usize = 30_000;
     let producer = broker.producer(&[]);
     let producing = tokio::spawn(async move {
@@ -50,7 +52,7 @@ async fn kafka_to_postgres_append_exactly_once_across_two_kill_9() {
                 })
                 .collect();
             produce_bare(&producer, "orders", &values).await;
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });
     for round in 0..2 {

@@ -78,6 +78,8 @@ async fn debezium_over_kafka_mirrored_into_mariadb_exactly_once_across_two_kill_
     stream["mode"] = json!("mirror");
     stream["format"] = json!("debezium");
     stream["history"] = json!(true);
+    // Small units, so that a backlog after a restart is written in many steps a kill can split.
+    stream["flush"] = json!({"max_rows": 500, "max_wait_ms": 50});
     stream["destination"] = json!({"kind": "mysql", "host": "127.0.0.1", "port": db.port, "database": "etltest",
                                    "user": "etl", "password": "etl"});
     server.create_stream(stream).await;
@@ -87,9 +89,10 @@ async fn debezium_over_kafka_mirrored_into_mariadb_exactly_once_across_two_kill_
     let recorded = messages.iter().filter(|(_, v)| v.is_some()).count();
     let producer = broker.producer(&[]);
     let producing = tokio::spawn(async move {
-        for chunk in messages.chunks(500) {
+        // About ten seconds of changes.
+        for chunk in messages.chunks(200) {
             produce_keyed(&producer, "cdc", chunk).await;
-            tokio::time::sleep(Duration::from_millis(30)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });
     let history = |db: &MariaDb| -> i64 {
