@@ -1,5 +1,6 @@
-//! A SQLite table as a reverse ETL destination. Every run is one transaction, replace included
-//! (delete and reload), so a reader sees the old rows or the new ones.
+//! A SQLite table as a reverse ETL or stream destination. Every write is one transaction, replace
+//! included (delete and reload), so a reader sees the old rows or the new ones; a stream's
+//! position is upserted into `sluice_positions` in that same transaction.
 
 use std::path::PathBuf;
 
@@ -7,10 +8,10 @@ use arrow::array::{Array, AsArray};
 use arrow::datatypes::{DataType, Int64Type};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
-use rusqlite::Connection;
 use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use serde::{Deserialize, Serialize};
-use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, SyncMode};
+use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Stamp, SyncMode};
 
 use crate::sql_table::{Dialect, Literals, binary, column_names};
 
@@ -88,17 +89,76 @@ impl Destination for SqliteTarget {
     }
 
     async fn deliver(&mut self, delivery: &Delivery) -> Result<()> {
+        self.write(std::slice::from_ref(delivery), None).await
+    }
+
+    async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
         let config = self.config.clone();
-        let delivery = delivery.clone();
+        let deliveries = deliveries.to_vec();
+        let stamp = stamp.cloned();
         blocking(move || {
             let mut conn = config.open()?;
-            let tx = conn.transaction().map_err(sql_error)?;
-            apply(&tx, &config.table, &delivery)?;
+            // IMMEDIATE: the write lock from the start, so a concurrent writer makes this wait
+            // (busy_timeout) rather than fail on upgrading a read lock.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_error)?;
+            for delivery in &deliveries {
+                apply(&tx, delivery.table.as_deref().unwrap_or(&config.table), delivery)?;
+            }
+            if let Some(stamp) = stamp {
+                let positions = D.quote(POSITIONS);
+                tx.execute_batch(&format!(
+                    "CREATE TABLE IF NOT EXISTS {positions} (owner TEXT PRIMARY KEY, checkpoint TEXT NOT NULL, \
+                     written_at TEXT NOT NULL DEFAULT ({NOW}))"
+                ))
+                .map_err(sql_error)?;
+                tx.execute(
+                    &format!(
+                        "INSERT INTO {positions} (owner, checkpoint) VALUES (?1, ?2) ON CONFLICT (owner) \
+                         DO UPDATE SET checkpoint = excluded.checkpoint, written_at = {NOW}"
+                    ),
+                    [&stamp.owner, &stamp.checkpoint],
+                )
+                .map_err(sql_error)?;
+            }
             tx.commit().map_err(sql_error)
         })
         .await
     }
+
+    async fn stamp(&mut self, owner: &str) -> Result<Option<String>> {
+        let config = self.config.clone();
+        let owner = owner.to_string();
+        blocking(move || {
+            // A file that is not there yet holds no position (and is not created by looking).
+            if !config.path.exists() {
+                return Ok(None);
+            }
+            let conn = config.open()?;
+            let exists: bool = conn
+                .query_row(
+                    "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                    [POSITIONS],
+                    |r| r.get(0),
+                )
+                .map_err(sql_error)?;
+            if !exists {
+                return Ok(None);
+            }
+            conn.query_row(&format!("SELECT checkpoint FROM {} WHERE owner = ?1", D.quote(POSITIONS)), [&owner], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(sql_error)
+        })
+        .await
+    }
 }
+
+/// The table where streams keep their positions, next to their rows.
+const POSITIONS: &str = "sluice_positions";
+
+/// The current time as SQLite writes it: ISO 8601 UTC with milliseconds.
+const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
 
 async fn blocking<T: Send + 'static>(job: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(job)
@@ -106,6 +166,8 @@ async fn blocking<T: Send + 'static>(job: impl FnOnce() -> Result<T> + Send + 's
         .map_err(|e| Error::new(ErrorKind::Fatal, "SQLite job panicked").with_source(e))?
 }
 
+/// Apply one delivery to table `name` inside the open transaction: the table is created, or given
+/// the columns it lacks, first.
 fn apply(conn: &Connection, name: &str, delivery: &Delivery) -> Result<()> {
     let table = D.quote(name);
     let keys: &[String] = if delivery.mode.keyed() { &delivery.keys } else { &[] };
