@@ -28,15 +28,27 @@ for _ in $(seq 1 60); do
   timeout 2 "$TANSU_BIN" topic list --broker "tcp://127.0.0.1:$kport" >/dev/null 2>&1 && break
   sleep 0.5
 done
-destination="{\"kind\": \"postgres\", \"host\": \"127.0.0.1\", \"port\": $pport, \"database\": \"postgres\", \"user\": \"postgres\", \"schema\": \"public\"}"
-"$CARGO_TARGET_DIR/release/sluice" bench-kafka --brokers "127.0.0.1:$kport" --destination "$destination" "$@"
-rows=$(psql -c "SELECT count(*) FROM bench")
+# COPY of the rows of `bench` in database $1, into an empty table of the same shape: rows/s.
+copy_baseline() {
+  local db=$1
+  "$bin/psql" -h 127.0.0.1 -p "$pport" -U postgres -d "$db" -qAt -v ON_ERROR_STOP=1 -c "\\copy bench TO '$dir/rows-$db.txt'"
+  "$bin/psql" -h 127.0.0.1 -p "$pport" -U postgres -d "$db" -qAt -v ON_ERROR_STOP=1 -c "CREATE TABLE copy_baseline (LIKE bench)"
+  local start end
+  start=$(date +%s.%N)
+  "$bin/psql" -h 127.0.0.1 -p "$pport" -U postgres -d "$db" -qAt -v ON_ERROR_STOP=1 -c "\\copy copy_baseline FROM '$dir/rows-$db.txt'"
+  end=$(date +%s.%N)
+  local rows
+  rows=$("$bin/psql" -h 127.0.0.1 -p "$pport" -U postgres -d "$db" -qAt -c "SELECT count(*) FROM copy_baseline")
+  echo "| PostgreSQL COPY of the same $rows rows (psql \\copy, text, into an empty table) | $(python3 -c "print(f'{$rows / ($end - $start):.0f}')") | $(python3 -c "print(f'{$end - $start:.1f}')") |"
+}
+target() { echo "{\"kind\": \"postgres\", \"host\": \"127.0.0.1\", \"port\": $pport, \"database\": \"$1\", \"user\": \"postgres\", \"schema\": \"public\"}"; }
 
-psql -c "\\copy bench TO '$dir/rows.txt'"
-psql -c "CREATE TABLE copy_baseline (LIKE bench)"
-start=$(date +%s.%N)
-psql -c "\\copy copy_baseline FROM '$dir/rows.txt'"
-end=$(date +%s.%N)
-copy_secs=$(python3 -c "print(f'{$end - $start:.1f}')")
-echo "destination rows: $rows"
-echo "| PostgreSQL COPY of the same rows (psql \\copy, text) | $(python3 -c "print(f'{$rows / ($end - $start):.0f}')") | | $copy_secs |"
+events=1000000
+if [ "${1:-}" = "--events" ]; then events=$2; fi
+echo "== HTTP push -> PostgreSQL ($events events, 4 clients, 1000 per push)"
+psql -c "CREATE DATABASE pushbench"
+"$CARGO_TARGET_DIR/release/sluice" bench --events "$events" --seconds 5 --destination "$(target pushbench)"
+copy_baseline pushbench
+echo "== Kafka (tansu) -> PostgreSQL ($events events)"
+"$CARGO_TARGET_DIR/release/sluice" bench-kafka --brokers "127.0.0.1:$kport" --events "$events" --destination "$(target postgres)"
+copy_baseline postgres

@@ -42,6 +42,10 @@ pub struct BenchArgs {
     /// Scratch folder (removed afterwards).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// A stream destination (JSON, as in a stream's config): the pushed rows go there instead
+    /// of the workspace (scripts/bench-destination.sh passes a throwaway PostgreSQL).
+    #[arg(long)]
+    pub destination: Option<String>,
 }
 
 /// Run the benchmark and print the report.
@@ -78,7 +82,24 @@ async fn bench(args: &BenchArgs, dir: &Path) -> Result<Report, String> {
 
     let server = ServerProcess::start(&dir.join("sluice-data")).await?;
     let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().map_err(|e| e.to_string())?;
-    let key = server.create_stream(&http, "bench").await?;
+    let destination = args
+        .destination
+        .as_deref()
+        .map(serde_json::from_str::<Value>)
+        .transpose()
+        .map_err(|e| format!("--destination: {e}"))?;
+    let key = match &destination {
+        None => server.create_stream(&http, "bench").await?,
+        Some(d) => {
+            let body = server.create(&http, json!({"name": "bench", "table": "bench", "destination": d})).await?;
+            body["push_key"].as_str().map(str::to_string).ok_or_else(|| format!("create failed: {body}"))?
+        }
+    };
+    // Rows in the table: the workspace's count, or what the stream says it wrote to the
+    // destination (a push is answered only after its rows are committed there).
+    let stored_rows = async |server: &ServerProcess| -> Result<i64, String> {
+        if destination.is_some() { server.written(&http, "bench").await } else { server.count(&http, "bench").await }
+    };
     let bodies: Arc<Vec<String>> = Arc::new(lines.chunks(args.batch).map(|c| c.join("\n")).collect());
     drop(lines);
 
@@ -108,14 +129,14 @@ async fn bench(args: &BenchArgs, dir: &Path) -> Result<Report, String> {
         push_latencies.extend(task.await.map_err(|e| e.to_string())??);
     }
     let sluice_secs = t.elapsed().as_secs_f64();
-    let stored = server.count(&http, "bench").await?;
+    let stored = stored_rows(&server).await?;
     if stored != args.events as i64 {
         return Err(format!("stored {stored} rows, pushed {}", args.events));
     }
 
     eprintln!("latency: {} events/s for {} s in pushes of {}", args.rate, args.seconds, args.latency_batch);
     let latency = latency_run(args, &server, &http, &key).await?;
-    let stored_after = server.count(&http, "bench").await?;
+    let stored_after = stored_rows(&server).await?;
     let peak_rss_kib = server.peak_rss_kib();
     server.stop();
 
@@ -267,6 +288,14 @@ impl ServerProcess {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Rows `stream` has written, by its metrics.
+    async fn written(&self, http: &reqwest::Client, stream: &str) -> Result<i64, String> {
+        let url = format!("{}/api/streams/{stream}/metrics", self.base);
+        let m: Value =
+            http.get(url).send().await.map_err(|e| e.to_string())?.json().await.map_err(|e| e.to_string())?;
+        m["rows_written"].as_i64().ok_or_else(|| format!("no rows_written in {m}"))
     }
 
     /// Wait until `stream` has written `n` rows (to its destination); seconds from `since`.
