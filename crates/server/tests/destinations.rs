@@ -222,16 +222,7 @@ async fn postgres_cdc_to_postgres_mirror_equals_the_source_across_kill_9() {
             i + 2000,
         ));
     }
-    let file = dir.0.join("changes.sql");
-    std::fs::write(&file, script).unwrap();
-    let mut writer = std::process::Command::new(format!("{}/psql", crate::postgres::BIN))
-        .env("PGPASSWORD", "etl")
-        .args(["-h", "127.0.0.1", "-p", &pg.port.to_string(), "-U", "etl", "-d", "etltest", "-q", "-v"])
-        .args(["ON_ERROR_STOP=1", "-f"])
-        .arg(&file)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut writer = pg.run_script(&dir.0.join("changes.sql"), &script);
     wait_until("some changes in the target", Duration::from_secs(60), || async {
         pg.lines_in("mirror", "SELECT count(*) FROM accounts WHERE id >= 100000")[0].parse::<i64>().unwrap() >= 20
     })

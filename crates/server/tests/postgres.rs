@@ -73,6 +73,20 @@ impl Postgres {
         pg
     }
 
+    /// Write `script` to `file` and run it as `etl` on `etltest` with psql in the background,
+    /// statement by statement, stopping at the first error.
+    pub fn run_script(&self, file: &std::path::Path, script: &str) -> std::process::Child {
+        std::fs::write(file, script).unwrap();
+        Command::new(format!("{BIN}/psql"))
+            .env("PGPASSWORD", "etl")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "etl", "-d", "etltest", "-q", "-v"])
+            .args(["ON_ERROR_STOP=1", "-f"])
+            .arg(file)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
     /// `pg_ctl stop` (fast) or `start`: the server goes away and comes back on its port.
     pub fn ctl(&self, action: &str) {
         run(Command::new("runuser")

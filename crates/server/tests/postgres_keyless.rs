@@ -81,16 +81,7 @@ async fn identical_rows_are_counted_and_unchanged_toast_is_kept_across_kill_9() 
             i + 10
         ));
     }
-    let file = dir.0.join("writes.sql");
-    std::fs::write(&file, script).unwrap();
-    let mut writer = std::process::Command::new(format!("{}/psql", crate::postgres::BIN))
-        .env("PGPASSWORD", "etl")
-        .args(["-h", "127.0.0.1", "-p", &pg.port.to_string(), "-U", "etl", "-d", "etltest", "-q", "-v"])
-        .args(["ON_ERROR_STOP=1", "-f"])
-        .arg(&file)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut writer = pg.run_script(&dir.0.join("writes.sql"), &script);
     wait_until("some streamed rows", Duration::from_secs(60), || async {
         server.sql("SELECT count(*) AS n FROM keyed").await[0]["n"].as_i64().unwrap_or(0) > 20
     })
