@@ -88,6 +88,8 @@ pub(crate) struct Context {
     /// not been seen healthy since: the next message read, or a broker answer while holding
     /// partitions, puts the state back to `running`.
     degraded: AtomicBool,
+    /// Rejoins the watchdog asked for (the `group_rejoins` metric).
+    rejoins: AtomicU64,
 }
 
 impl Context {
@@ -110,6 +112,7 @@ impl Context {
             cause: Mutex::new(None),
             throttle: Throttle::new(throttle::WINDOW),
             degraded: AtomicBool::new(true),
+            rejoins: AtomicU64::new(0),
         }
     }
 
@@ -461,6 +464,8 @@ pub(crate) fn run(
 fn rejoin(consumer: &BaseConsumer<Context>, ctx: &Context, topics: &[String], reason: &str) {
     tracing::warn!(stream = %ctx.stream, reason, "Partitions go unread by the consumer group; rejoining it.");
     ctx.degraded.store(true, Ordering::Release);
+    let rejoins = ctx.rejoins.fetch_add(1, Ordering::AcqRel) + 1;
+    ctx.metrics.set_source("group_rejoins", rejoins as f64);
     ctx.metrics.set_state("rejoining", Some(reason.to_string()));
     consumer.unsubscribe();
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
