@@ -31,15 +31,8 @@ pub(crate) fn deliveries(stream: &str, write: &TableWrite, mirror: &MirrorWrite)
     let last_truncate = mirror.ops.iter().rposition(|op| *op == ChangeOp::Truncate);
     let from = last_truncate.map_or(0, |t| t + 1);
     // The last change of each key, from the unit's last truncate on.
-    let key_columns: Vec<ArrayRef> = mirror
-        .keys
-        .iter()
-        .map(|k| {
-            data.column_by_name(k)
-                .cloned()
-                .ok_or_else(|| Error::new(ErrorKind::Fatal, format!("mirror write: key column '{k}' is missing")))
-        })
-        .collect::<Result<_>>()?;
+    let key_indices = key_indices(data, &mirror.keys)?;
+    let key_columns: Vec<ArrayRef> = key_indices.iter().map(|i| data.column(*i).clone()).collect();
     let fields = key_columns.iter().map(|c| SortField::new(c.data_type().clone())).collect();
     let converter = RowConverter::new(fields).map_err(arrow_error)?;
     let keyed = converter.convert_columns(&key_columns).map_err(arrow_error)?;
@@ -55,7 +48,7 @@ pub(crate) fn deliveries(stream: &str, write: &TableWrite, mirror: &MirrorWrite)
     let upserts = take(data, &kept)?;
     // After a truncate, or from the first chunk of a new snapshot copy, the rows are the table.
     let replace = last_truncate.is_some() || write.snapshot.is_some_and(|s| s.clear);
-    let keys_only = take(&data.project(&key_indices(data, &mirror.keys)?).map_err(arrow_error)?, &gone)?;
+    let keys_only = take(&data.project(&key_indices).map_err(arrow_error)?, &gone)?;
     let mut out = vec![Delivery {
         sync: stream.to_string(),
         run_id: String::new(),

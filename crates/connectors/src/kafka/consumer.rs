@@ -287,7 +287,8 @@ impl Context {
     /// Clear the remembered cause once the client works again.
     /// The stream is seen healthy: back to `running` if an error was reported since last time.
     pub(crate) fn recovered(&self) {
-        if !self.degraded.swap(false, Ordering::AcqRel) {
+        // A load first: this runs for every message, and is a no-op almost always.
+        if !self.degraded.load(Ordering::Acquire) || !self.degraded.swap(false, Ordering::AcqRel) {
             return;
         }
         if let Ok(mut cause) = self.cause.lock() {

@@ -183,7 +183,7 @@ impl Destination for PostgresTarget {
         let exists: bool = client
             .query_one(
                 "SELECT to_regclass($1) IS NOT NULL",
-                &[&format!("{}.{}", Dialect::Postgres.quote(&self.config.schema), POSITIONS)],
+                &[&self.positions()],
             )
             .await
             .map_err(sql_error)?
