@@ -181,10 +181,7 @@ impl Destination for PostgresTarget {
     async fn stamp(&mut self, owner: &str) -> Result<Option<String>> {
         let client = self.config.client().await?;
         let exists: bool = client
-            .query_one(
-                "SELECT to_regclass($1) IS NOT NULL",
-                &[&self.positions()],
-            )
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&self.positions()])
             .await
             .map_err(sql_error)?
             .get(0);
