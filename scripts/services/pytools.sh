@@ -13,3 +13,9 @@ if ! "$PYTOOLS_PYTHON" -c "import moto, duckdb, pyarrow" >/dev/null 2>&1; then
   fi
   "$PYTOOLS_VENV/bin/pip" install -q "moto[server]==5.2.5" "duckdb==1.5.6" "pyarrow==26.0.0"
 fi
+# azure-storage-blob, the reader tests use to check blobs Sluice wrote to Azurite (its own check,
+# so adding it never reinstalls the rest).
+if ! "$PYTOOLS_PYTHON" -c "import azure.storage.blob" >/dev/null 2>&1; then
+  echo "sluice: installing azure-storage-blob 12.31.1 (PyPI)" >&2
+  "$PYTOOLS_VENV/bin/pip" install -q "azure-storage-blob==12.31.1"
+fi

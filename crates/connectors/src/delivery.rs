@@ -3,47 +3,117 @@
 //! written once. The destination keeps the stream's checkpoint in the transaction of the rows
 //! (`Destination::write` with a `Stamp`), and a restart resumes from what it holds, so every
 //! row lands once. The workspace stays the control plane: the rejects ledger, push
-//! idempotency keys and the stream's totals are written there.
+//! idempotency keys and the stream's totals are written there, after the destination. The
+//! stamp also carries the unit's push keys, so a crash between the two commits loses no key:
+//! on resume, a stamp the workspace has not seen gives its keys back to the workspace and to
+//! the push route, and a client's retry of that push is answered, not stored twice.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use sluice_core::{
-    Checkpoint, Delivery, Destination, Error, ErrorKind, Result, Sink, Stamp, SyncMode, WriteUnit, rejects::RejectBatch,
+    Checkpoint, Delivery, Destination, Error, ErrorKind, IdempotencyKey, Result, Sink, Stamp, SyncMode, WriteUnit,
+    rejects::RejectBatch,
 };
 use tokio::sync::Mutex;
 
+use serde::{Deserialize, Serialize};
+
+use crate::files::FilesStream;
+use crate::http_push::KeyMemory;
 use crate::sync::{DestinationConfig, build_destination};
 use crate::workspace::Workspace;
+
+type Shared = Arc<Mutex<Box<dyn Destination>>>;
 
 /// The sink of a stream with a `destination`.
 pub struct DeliverySink {
     stream: String,
-    destination: Mutex<Box<dyn Destination>>,
+    destination: Shared,
+    /// Whether the destination keeps the stream's position with the rows (databases and
+    /// files); an HTTP API does not, so the workspace keeps it and delivery is at least once.
+    stamps: bool,
     workspace: Workspace,
+    /// A push stream's idempotency keys, to give back those a crash kept from the workspace.
+    push_keys: Option<KeyMemory>,
+}
+
+/// What a destination keeps as a stream's stamp: the checkpoint, and the push keys of the
+/// unit it came with.
+#[derive(Serialize, Deserialize)]
+struct Envelope {
+    checkpoint: Checkpoint,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    push_keys: Vec<(String, String)>,
 }
 
 impl DeliverySink {
-    /// A sink for `stream` into `config`; the ledger and totals go to `workspace`.
+    /// A sink for `stream` into `config`; the ledger and totals go to `workspace`. Files spool
+    /// in `<workspace folder>/spool/<stream>`. Must run inside the runtime: a task ticks the
+    /// destination (files close by age) while the sink lives.
     pub fn new(stream: &str, config: &DestinationConfig, workspace: Workspace) -> Result<Self> {
-        Ok(Self { stream: stream.to_string(), destination: Mutex::new(build_destination(config)?), workspace })
+        let destination: Box<dyn Destination> = match config {
+            DestinationConfig::Files(files) => {
+                let root = workspace.path().parent().unwrap_or(std::path::Path::new("."));
+                Box::new(FilesStream::open(stream, files, &root.join("spool").join(stream))?)
+            }
+            other => build_destination(other)?,
+        };
+        let destination: Shared = Arc::new(Mutex::new(destination));
+        tokio::spawn(tick(stream.to_string(), Arc::downgrade(&destination)));
+        let stamps = !matches!(config, DestinationConfig::Http(_));
+        Ok(Self { stream: stream.to_string(), destination, stamps, workspace, push_keys: None })
     }
 
-    /// The key columns the destination declares for `table` (see `Destination::keys`).
-    pub async fn keys(&self, table: &str) -> Result<Option<Vec<String>>> {
-        self.destination.lock().await.keys(table).await
+    /// A push stream's key memory: keys a crash kept from the workspace are given back to it.
+    pub fn with_push_keys(mut self, keys: KeyMemory) -> Self {
+        self.push_keys = Some(keys);
+        self
     }
 
-    /// The checkpoint the destination holds for the stream: where it resumes.
+    /// The stream stops: the destination writes out what it buffers.
+    pub async fn finish(&self) {
+        if let Err(e) = self.destination.lock().await.finish().await {
+            tracing::warn!(stream = %self.stream, error = %e, "The destination could not write out its buffer; it will on the next start.");
+        }
+    }
+
+    /// The checkpoint the destination holds for the stream: where it resumes. When the
+    /// workspace missed the last unit's control write (a crash between the two commits), it
+    /// is written now, with the unit's push keys.
     pub async fn checkpoint(&self) -> Result<Option<Checkpoint>> {
+        if !self.stamps {
+            return sluice_core::StateStore::checkpoint(&self.workspace, &self.stream).await;
+        }
         let Some(text) = self.destination.lock().await.stamp(&self.stream).await? else { return Ok(None) };
-        serde_json::from_str(&text).map(Some).map_err(|e| {
+        let envelope: Envelope = serde_json::from_str(&text).map_err(|e| {
             Error::new(
                 ErrorKind::Fatal,
                 format!("the destination's position of stream '{}' is unreadable", self.stream),
             )
             .with_source(e)
-        })
+        })?;
+        let seen = sluice_core::StateStore::checkpoint(&self.workspace, &self.stream).await?;
+        if seen.as_ref() != Some(&envelope.checkpoint) {
+            let unit = WriteUnit {
+                stream: self.stream.clone(),
+                tables: Vec::new(),
+                rejects: RejectBatch::default(),
+                idempotency: envelope
+                    .push_keys
+                    .iter()
+                    .map(|(key, answer)| IdempotencyKey { key: key.clone(), answer: answer.clone() })
+                    .collect(),
+                replayed: Vec::new(),
+                checkpoint: envelope.checkpoint.clone(),
+            };
+            self.workspace.write(Arc::new(unit)).await?;
+            if let Some(memory) = &self.push_keys {
+                memory.load(envelope.push_keys);
+            }
+        }
+        Ok(Some(envelope.checkpoint))
     }
 
     /// The unit's tables as deliveries: appended, or replacing the table for the first chunk
@@ -92,12 +162,43 @@ impl Sink for DeliverySink {
         if !unit.rejects.is_empty() {
             self.workspace.write(Self::control(&unit, true)).await?;
         }
-        let deliveries = self.deliveries(&unit)?;
-        let checkpoint = serde_json::to_string(&unit.checkpoint)
+        let mut deliveries = self.deliveries(&unit)?;
+        let envelope = Envelope {
+            checkpoint: unit.checkpoint.clone(),
+            push_keys: unit.idempotency.iter().map(|k| (k.key.clone(), k.answer.clone())).collect(),
+        };
+        let checkpoint = serde_json::to_string(&envelope)
             .map_err(|e| Error::new(ErrorKind::Fatal, "could not encode a checkpoint").with_source(e))?;
-        let stamp = Stamp { owner: self.stream.clone(), checkpoint };
-        self.destination.lock().await.write(&deliveries, Some(&stamp)).await?;
+        if self.stamps {
+            let stamp = Stamp { owner: self.stream.clone(), checkpoint };
+            self.destination.lock().await.write(&deliveries, Some(&stamp)).await?;
+        } else {
+            // At least once: the run id comes from the unit's end position (and the
+            // delivery's place in it), so a unit read again the same way carries the same
+            // idempotency keys.
+            let run = hex::encode(
+                &sha2::Digest::finalize(sha2::Digest::chain_update(
+                    <sha2::Sha256 as sha2::Digest>::new(),
+                    checkpoint.as_bytes(),
+                ))[..12],
+            );
+            deliveries.iter_mut().enumerate().for_each(|(i, d)| d.run_id = format!("{run}-{i}"));
+            self.destination.lock().await.write(&deliveries, None).await?;
+        }
         // Then the push keys and totals, once the rows are durable where they belong.
         self.workspace.write(Self::control(&unit, false)).await
+    }
+}
+
+/// About once a second, the destination's periodic work, until the sink is dropped.
+async fn tick(stream: String, destination: Weak<Mutex<Box<dyn Destination>>>) {
+    let mut interval = tokio::time::interval(Duration::from_secs(1));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let Some(destination) = destination.upgrade() else { return };
+        if let Err(e) = destination.lock().await.tick().await {
+            tracing::warn!(stream = %stream, error = %e, "Destination: periodic work failed; retrying.");
+        }
     }
 }

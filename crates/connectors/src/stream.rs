@@ -96,7 +96,8 @@ impl StreamConfig {
             && changes.format == Format::Json
     }
 
-    /// A stream's destination: the database kinds, the table named by the stream's `table`.
+    /// A stream's destination: a database table named by the stream's `table`, files, or an
+    /// HTTP API.
     fn validate_destination(&self) -> Result<()> {
         let Some(destination) = &self.destination else { return Ok(()) };
         let table = match destination {
@@ -112,13 +113,14 @@ impl StreamConfig {
                 c.validate_connection()?;
                 &c.table
             }
-            DestinationConfig::Files(_) | DestinationConfig::Http(_) => {
-                return Err(Error::config(
-                    "destination.kind",
-                    "streams can deliver to `postgres`, `mysql` and `sqlite` so far; use a sync from the \
-                     workspace for files and HTTP APIs",
-                ));
+            DestinationConfig::Files(c) => {
+                c.validate()?;
+                if c.name.is_some() {
+                    return Err(Error::config("destination.name", "a stream names its files with `path`"));
+                }
+                return Ok(());
             }
+            DestinationConfig::Http(c) => return c.validate(),
         };
         if !table.is_empty() {
             return Err(Error::config(
@@ -149,11 +151,6 @@ impl StreamConfig {
                 out.insert(path.to_string(), s.expose().to_string());
             }
         };
-        match &self.destination {
-            Some(DestinationConfig::Postgres(c)) => keep("destination.password", c.password.as_ref()),
-            Some(DestinationConfig::Mysql(c)) => keep("destination.password", c.password.as_ref()),
-            _ => {}
-        }
         match &self.source {
             SourceConfig::Kafka(kafka) => {
                 keep("source.sasl.password", kafka.sasl.as_ref().and_then(|s| s.password.as_ref()));
@@ -170,6 +167,9 @@ impl StreamConfig {
             }
             SourceConfig::Postgres(pg) => keep("source.password", pg.password.as_ref()),
             SourceConfig::HttpPush(_) => {}
+        }
+        if let Some(destination) = &self.destination {
+            out.extend(destination.secrets());
         }
         out
     }
@@ -207,10 +207,8 @@ impl StreamConfig {
             SourceConfig::Postgres(pg) => restore(&mut pg.password, "source.password"),
             SourceConfig::HttpPush(_) => {}
         }
-        match self.destination.as_mut() {
-            Some(DestinationConfig::Postgres(c)) => restore(&mut c.password, "destination.password"),
-            Some(DestinationConfig::Mysql(c)) => restore(&mut c.password, "destination.password"),
-            _ => {}
+        if let Some(destination) = self.destination.as_mut() {
+            destination.restore_secrets(secrets);
         }
     }
 }

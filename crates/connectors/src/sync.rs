@@ -121,21 +121,45 @@ impl SyncConfig {
     /// The secrets inside the destination, by field path; the server keeps them apart,
     /// encrypted, and never serializes them.
     pub fn secrets(&self) -> BTreeMap<String, String> {
+        self.destination.secrets()
+    }
+
+    /// Put secrets back where [`SyncConfig::secrets`] found them, unless already set.
+    pub fn restore_secrets(&mut self, secrets: &BTreeMap<String, String>) {
+        self.destination.restore_secrets(secrets);
+    }
+
+    /// Header names of an HTTP destination (their values are never shown).
+    pub fn header_names(&self) -> Vec<String> {
+        match &self.destination {
+            DestinationConfig::Http(c) => c.headers.keys().cloned().collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl DestinationConfig {
+    /// The secrets inside the destination, by field path (`destination.password`, …).
+    pub fn secrets(&self) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
         let mut keep = |path: String, secret: Option<&Secret>| {
             if let Some(s) = secret {
                 out.insert(path, s.expose().to_string());
             }
         };
-        match &self.destination {
-            DestinationConfig::Postgres(c) => keep("destination.password".into(), c.password.as_ref()),
-            DestinationConfig::Mysql(c) => keep("destination.password".into(), c.password.as_ref()),
-            DestinationConfig::Sqlite(_) => {}
-            DestinationConfig::Files(c) => keep(
-                "destination.s3.secret_access_key".into(),
-                c.s3.as_ref().and_then(|s| s.secret_access_key.as_ref()),
-            ),
-            DestinationConfig::Http(c) => {
+        match self {
+            Self::Postgres(c) => keep("destination.password".into(), c.password.as_ref()),
+            Self::Mysql(c) => keep("destination.password".into(), c.password.as_ref()),
+            Self::Sqlite(_) => {}
+            Self::Files(c) => {
+                keep(
+                    "destination.s3.secret_access_key".into(),
+                    c.s3.as_ref().and_then(|s| s.secret_access_key.as_ref()),
+                );
+                keep("destination.azure.access_key".into(), c.azure.as_ref().and_then(|a| a.access_key.as_ref()));
+                keep("destination.gcs.token".into(), c.gcs.as_ref().and_then(|g| g.token.as_ref()));
+            }
+            Self::Http(c) => {
                 for (name, value) in &c.headers {
                     keep(format!("destination.headers.{name}"), Some(value));
                 }
@@ -152,7 +176,7 @@ impl SyncConfig {
         out
     }
 
-    /// Put secrets back where [`SyncConfig::secrets`] found them, unless already set.
+    /// Put secrets back where [`DestinationConfig::secrets`] found them, unless already set.
     pub fn restore_secrets(&mut self, secrets: &BTreeMap<String, String>) {
         let restore = |slot: &mut Option<Secret>, path: &str| {
             if slot.is_none()
@@ -161,16 +185,22 @@ impl SyncConfig {
                 *slot = Some(Secret::new(s.clone()));
             }
         };
-        match &mut self.destination {
-            DestinationConfig::Postgres(c) => restore(&mut c.password, "destination.password"),
-            DestinationConfig::Mysql(c) => restore(&mut c.password, "destination.password"),
-            DestinationConfig::Sqlite(_) => {}
-            DestinationConfig::Files(c) => {
+        match self {
+            Self::Postgres(c) => restore(&mut c.password, "destination.password"),
+            Self::Mysql(c) => restore(&mut c.password, "destination.password"),
+            Self::Sqlite(_) => {}
+            Self::Files(c) => {
                 if let Some(s3) = &mut c.s3 {
                     restore(&mut s3.secret_access_key, "destination.s3.secret_access_key");
                 }
+                if let Some(azure) = &mut c.azure {
+                    restore(&mut azure.access_key, "destination.azure.access_key");
+                }
+                if let Some(gcs) = &mut c.gcs {
+                    restore(&mut gcs.token, "destination.gcs.token");
+                }
             }
-            DestinationConfig::Http(c) => {
+            Self::Http(c) => {
                 for (path, value) in secrets {
                     if let Some(name) = path.strip_prefix("destination.headers.") {
                         c.headers.entry(name.to_string()).or_insert_with(|| Secret::new(value.clone()));
@@ -185,14 +215,6 @@ impl SyncConfig {
                     restore_url_password(url, p);
                 }
             }
-        }
-    }
-
-    /// Header names of an HTTP destination (their values are never shown).
-    pub fn header_names(&self) -> Vec<String> {
-        match &self.destination {
-            DestinationConfig::Http(c) => c.headers.keys().cloned().collect(),
-            _ => Vec::new(),
         }
     }
 }

@@ -128,4 +128,15 @@ pub trait Destination: Send {
         let _ = owner;
         Ok(None)
     }
+
+    /// Periodic work of a destination that buffers rows (files closing by age); called about
+    /// once a second while a stream runs.
+    async fn tick(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// The stream stops: write out what is buffered.
+    async fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
 }

@@ -39,3 +39,22 @@ impl FileConfig {
         Ok(config)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_example_loads() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                FileConfig::load(&path).unwrap();
+                seen += 1;
+            }
+        }
+        assert!(seen >= 3, "examples found: {seen}");
+    }
+}

@@ -88,7 +88,7 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>,
 async fn apply_declared(supervisor: &Supervisor, declared: FileConfig) -> Result<(), String> {
     let _changing = supervisor.lock_changes().await;
     for mut config in declared.streams {
-        if let Some(owner) = supervisor.table_owner(&config.table, &config.name).await {
+        if let Some(owner) = supervisor.table_owner(&config).await {
             return Err(format!(
                 "streams.{}.table: '{}' is already written by stream '{owner}'",
                 config.name, config.table

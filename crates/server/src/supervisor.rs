@@ -115,12 +115,17 @@ impl Supervisor {
         all
     }
 
-    /// Another stream that already writes `table`, if any.
-    pub async fn table_owner(&self, table: &str, except: &str) -> Option<String> {
+    /// Another stream that already writes `config`'s table in the same place (the workspace,
+    /// or the same destination), if any.
+    pub async fn table_owner(&self, config: &StreamConfig) -> Option<String> {
         let streams = self.streams.read().await;
         streams
             .values()
-            .find(|s| s.config.name != except && s.config.table.eq_ignore_ascii_case(table))
+            .find(|s| {
+                s.config.name != config.name
+                    && s.config.table.eq_ignore_ascii_case(&config.table)
+                    && s.config.destination == config.destination
+            })
             .map(|s| s.config.name.clone())
     }
 
@@ -136,7 +141,7 @@ impl Supervisor {
 
     /// Stop the old run of a stream (if any) and start the new config, or the old one again.
     async fn restart(&self, config: StreamConfig, key_hash: String) -> Result<()> {
-        let config = with_detected_keys(config, &self.workspace).await?;
+        let config = with_detected_keys(config).await?;
         let stored = serde_json::to_value(&config)
             .map_err(|e| Error::new(ErrorKind::Fatal, "cannot serialize config").with_source(e))?;
         let previous = self.stop(&config.name).await;
@@ -236,10 +241,6 @@ impl Supervisor {
 
     async fn start(&self, config: StreamConfig, key_hash: String) -> Result<()> {
         config.validate()?;
-        let delivery = match &config.destination {
-            Some(destination) => Some(Arc::new(DeliverySink::new(&config.name, destination, self.workspace.clone())?)),
-            None => None,
-        };
         // A stream with a destination starts from the workspace's copy of its checkpoint and,
         // once the destination answers, moves to the one the destination holds (`supervise`):
         // a destination that is down must not keep the server from starting.
@@ -247,7 +248,26 @@ impl Supervisor {
         let metrics = Arc::new(StreamMetrics::new(&checkpoint.totals));
         let ctx = SourceContext { stream: &config.name, position: &checkpoint.position, metrics: metrics.clone() };
         let (source, handle) = build_source(&config.source, ctx)?;
+        let delivery = match &config.destination {
+            Some(destination) => {
+                let sink = DeliverySink::new(&config.name, destination, self.workspace.clone())?;
+                Some(Arc::new(match &handle {
+                    SourceHandle::Push(push) => sink.with_push_keys(push.keys.clone()),
+                    _ => sink,
+                }))
+            }
+            None => None,
+        };
         if let SourceHandle::Push(push) = &handle {
+            // A destination that answers at once hands back the push keys a crash kept from
+            // the workspace before the route takes pushes; one that is down does it on resume.
+            if let Some(delivery) = &delivery
+                && let Err(e) = tokio::time::timeout(Duration::from_secs(5), delivery.checkpoint())
+                    .await
+                    .unwrap_or_else(|_| Err(Error::new(ErrorKind::Connect, "no answer in 5 s")))
+            {
+                tracing::warn!(stream = %config.name, error = %e, "The destination's position is not known yet.");
+            }
             let window = push.keys.window().as_secs();
             push.keys.load(self.workspace.push_keys(&config.name, window, push.keys.limit()).await?);
         }
@@ -330,6 +350,9 @@ async fn supervise(
         match pipeline::run(stream, checkpoint.clone()).await {
             Ok(_) => {
                 source.close().await;
+                if let Some(delivery) = &delivery {
+                    delivery.finish().await;
+                }
                 return;
             }
             Err(e) => {
@@ -364,14 +387,13 @@ async fn supervise(
 /// A JSON mirror into a destination without `keys` takes the destination table's primary key
 /// (or narrowest unique index); the keys are then stored with the config. A table that does
 /// not exist or has neither is refused, saying what to do.
-async fn with_detected_keys(mut config: StreamConfig, workspace: &Workspace) -> Result<StreamConfig> {
+async fn with_detected_keys(mut config: StreamConfig) -> Result<StreamConfig> {
     let Some(destination) = config.destination.as_ref().filter(|_| config.detects_keys()) else { return Ok(config) };
     let refuse = |why: String| Error::new(ErrorKind::Config, format!("keys: {why}; set `keys` on the stream"));
     if config.table.contains(['*', '[']) {
         return Err(refuse(format!("the table name '{}' is a template, so no one table's key applies", config.table)));
     }
-    let sink = DeliverySink::new(&config.name, destination, workspace.clone())?;
-    match sink.keys(&config.table).await? {
+    match sluice_connectors::build_destination(destination)?.keys(&config.table).await? {
         None => Err(refuse(format!(
             "the destination table '{}' does not exist (or this kind cannot tell its key), so its key cannot be read",
             config.table

@@ -95,7 +95,16 @@ async fn destination_configs_are_checked_field_by_field() {
             json!({"destination": {"kind": "postgres", "host": "h", "database": "d", "user": "u", "table": "x"}}),
             "destination.table",
         ),
-        (json!({"destination": {"kind": "files", "location": "/tmp/x", "format": "csv"}}), "destination.kind"),
+        (json!({"destination": {"kind": "files", "location": "/tmp/x", "path": "{table}.{ext}"}}), "destination.path"),
+        (json!({"destination": {"kind": "files", "location": "/tmp/x", "path": "../{seq}"}}), "destination.path"),
+        (json!({"destination": {"kind": "files", "location": "/tmp/x", "name": "n"}}), "destination.name"),
+        (
+            json!({"destination": {"kind": "files", "location": "/tmp/x", "format": "csv", "compression": "snappy"}}),
+            "destination.compression",
+        ),
+        (json!({"destination": {"kind": "files", "location": "az://c/p"}}), "destination.azure"),
+        (json!({"destination": {"kind": "files", "location": "ftp://h/p"}}), "destination.location"),
+        (json!({"destination": {"kind": "files", "location": "/tmp/x", "rotate": {"rows": 0}}}), "destination.rotate"),
         (
             json!({"destination": {"kind": "postgres", "host": "h", "database": "d", "user": "u", "schema": " "}}),
             "destination.schema",

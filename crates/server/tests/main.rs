@@ -1,6 +1,8 @@
 //! End-to-end tests: the real `sluice` binary, over real HTTP, on a real DuckDB workspace.
 
+mod azurite;
 mod broker;
+mod gcs;
 mod harness;
 mod http_target;
 mod kinesis_local;
@@ -14,6 +16,8 @@ mod debezium_capture;
 mod debezium_fidelity;
 mod debezium_real;
 mod destinations;
+mod destinations_files;
+mod destinations_http;
 mod destinations_mariadb;
 mod destinations_sqlite;
 mod hardening;

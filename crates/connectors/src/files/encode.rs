@@ -1,4 +1,4 @@
-//! Batches to file bytes: Parquet (Snappy), CSV with a header, or JSON lines.
+//! Batches to file bytes: Parquet, CSV with a header, or JSON lines, compressed as configured.
 
 use std::sync::Arc;
 
@@ -6,18 +6,44 @@ use arrow::array::{ArrayRef, StringArray, new_null_array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::Compression;
+use parquet::basic::{Compression as Codec, GzipLevel};
 use parquet::file::properties::WriterProperties;
 use sluice_core::{Error, ErrorKind, Result};
 
-use super::FileFormat;
+use super::config::{Compression, FileFormat};
 
 /// Encode batches (all of `schema`) as one file.
-pub(crate) fn encode(format: FileFormat, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>> {
+pub(crate) fn encode(
+    format: FileFormat,
+    compression: Compression,
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+) -> Result<Vec<u8>> {
+    let plain = encode_plain(format, compression, schema, batches)?;
+    if format == FileFormat::Parquet || compression != Compression::Gzip {
+        return Ok(plain);
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::with_capacity(plain.len() / 4), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &plain)
+        .and_then(|()| gz.finish())
+        .map_err(|e| Error::new(ErrorKind::Fatal, "cannot gzip the file").with_source(e))
+}
+
+fn encode_plain(
+    format: FileFormat,
+    compression: Compression,
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     match format {
         FileFormat::Parquet => {
-            let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+            let codec = match compression {
+                Compression::None => Codec::UNCOMPRESSED,
+                Compression::Snappy => Codec::SNAPPY,
+                Compression::Gzip => Codec::GZIP(GzipLevel::default()),
+            };
+            let props = WriterProperties::builder().set_compression(codec).build();
             let mut writer = ArrowWriter::try_new(&mut out, schema.clone(), Some(props)).map_err(parquet_error)?;
             for batch in batches {
                 writer.write(batch).map_err(parquet_error)?;

@@ -1,6 +1,16 @@
-//! Files (Parquet, CSV, JSON lines) in a local folder or an S3 bucket, through `object_store`.
+//! Files (Parquet, CSV, JSON lines) in a local folder, S3, Azure Blob or Google Cloud
+//! Storage: a sync's result per run (`target.rs`), or a stream's rows in rotated files
+//! (`stream.rs`).
 
+mod config;
 mod encode;
+pub mod gcs;
+mod names;
+mod spool;
+mod store;
+mod stream;
 mod target;
 
-pub use target::{FileFormat, FilesConfig, FilesTarget, S3Config};
+pub use config::{AzureConfig, Compression, FileFormat, FilesConfig, Rotate, S3Config};
+pub use stream::FilesStream;
+pub use target::FilesTarget;

@@ -54,7 +54,7 @@ pub async fn create(
     if state.supervisor.get(&config.name).await.is_some() {
         return Err(ApiError::new(StatusCode::CONFLICT, format!("a stream named '{}' exists", config.name)));
     }
-    if let Some(owner) = state.supervisor.table_owner(&config.table, &config.name).await {
+    if let Some(owner) = state.supervisor.table_owner(&config).await {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!("table '{}' is already written by stream '{owner}'", config.table),
@@ -112,7 +112,7 @@ pub async fn patch(
     // The serialized config has no secrets: keep the running stream's unless the patch sets new ones.
     config.restore_secrets(&stream.config.secrets());
     validate(&config)?;
-    if let Some(owner) = state.supervisor.table_owner(&config.table, &config.name).await {
+    if let Some(owner) = state.supervisor.table_owner(&config).await {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!("table '{}' is already written by stream '{owner}'", config.table),
