@@ -9,12 +9,12 @@
 //! the push route, and a client's retry of that push is answered, not stored twice.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sluice_core::{
-    Checkpoint, Delivery, Destination, Error, ErrorKind, IdempotencyKey, Result, Sink, Stamp, SyncMode, WriteUnit,
-    rejects::RejectBatch,
+    Checkpoint, Delivery, Destination, Error, ErrorKind, IdempotencyKey, Result, Sink, Stamp, StreamMetrics, SyncMode,
+    WriteUnit, rejects::RejectBatch,
 };
 use tokio::sync::Mutex;
 
@@ -37,6 +37,7 @@ pub struct DeliverySink {
     workspace: Workspace,
     /// A push stream's idempotency keys, to give back those a crash kept from the workspace.
     push_keys: Option<KeyMemory>,
+    metrics: Arc<StreamMetrics>,
 }
 
 /// What a destination keeps as a stream's stamp: the checkpoint, and the push keys of the
@@ -52,7 +53,12 @@ impl DeliverySink {
     /// A sink for `stream` into `config`; the ledger and totals go to `workspace`. Files spool
     /// in `<workspace folder>/spool/<stream>`. Must run inside the runtime: a task ticks the
     /// destination (files close by age) while the sink lives.
-    pub fn new(stream: &str, config: &DestinationConfig, workspace: Workspace) -> Result<Self> {
+    pub fn new(
+        stream: &str,
+        config: &DestinationConfig,
+        workspace: Workspace,
+        metrics: Arc<StreamMetrics>,
+    ) -> Result<Self> {
         let destination: Box<dyn Destination> = match config {
             DestinationConfig::Files(files) => {
                 let root = workspace.path().parent().unwrap_or(std::path::Path::new("."));
@@ -61,9 +67,9 @@ impl DeliverySink {
             other => build_destination(other)?,
         };
         let destination: Shared = Arc::new(Mutex::new(destination));
-        tokio::spawn(tick(stream.to_string(), Arc::downgrade(&destination)));
+        tokio::spawn(tick(stream.to_string(), Arc::downgrade(&destination), metrics.clone()));
         let stamps = !matches!(config, DestinationConfig::Http(_));
-        Ok(Self { stream: stream.to_string(), destination, stamps, workspace, push_keys: None })
+        Ok(Self { stream: stream.to_string(), destination, stamps, workspace, push_keys: None, metrics })
     }
 
     /// A push stream's key memory: keys a crash kept from the workspace are given back to it.
@@ -169,9 +175,11 @@ impl Sink for DeliverySink {
         };
         let checkpoint = serde_json::to_string(&envelope)
             .map_err(|e| Error::new(ErrorKind::Fatal, "could not encode a checkpoint").with_source(e))?;
+        let started = Instant::now();
+        let mut destination = self.destination.lock().await;
         if self.stamps {
             let stamp = Stamp { owner: self.stream.clone(), checkpoint };
-            self.destination.lock().await.write(&deliveries, Some(&stamp)).await?;
+            destination.write(&deliveries, Some(&stamp)).await?;
         } else {
             // At least once: the run id comes from the unit's end position (and the
             // delivery's place in it), so a unit read again the same way carries the same
@@ -183,22 +191,39 @@ impl Sink for DeliverySink {
                 ))[..12],
             );
             deliveries.iter_mut().enumerate().for_each(|(i, d)| d.run_id = format!("{run}-{i}"));
-            self.destination.lock().await.write(&deliveries, None).await?;
+            destination.write(&deliveries, None).await?;
         }
+        record(&self.metrics, destination.as_ref());
+        drop(destination);
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        self.metrics.add_destination("rows", deliveries.iter().map(Delivery::row_count).sum::<usize>() as f64);
+        self.metrics.add_destination("deletes", deliveries.iter().map(Delivery::delete_count).sum::<usize>() as f64);
+        self.metrics.add_destination("writes", 1.0);
+        self.metrics.set_destination("load_ms", ms);
+        self.metrics.max_destination("load_ms_max", ms);
         // Then the push keys and totals, once the rows are durable where they belong.
         self.workspace.write(Self::control(&unit, false)).await
     }
 }
 
+/// The destination's own figures into the stream's metrics.
+fn record(metrics: &StreamMetrics, destination: &dyn Destination) {
+    for (name, value) in destination.gauges() {
+        metrics.set_destination(name, value);
+    }
+}
+
 /// About once a second, the destination's periodic work, until the sink is dropped.
-async fn tick(stream: String, destination: Weak<Mutex<Box<dyn Destination>>>) {
+async fn tick(stream: String, destination: Weak<Mutex<Box<dyn Destination>>>, metrics: Arc<StreamMetrics>) {
     let mut interval = tokio::time::interval(Duration::from_secs(1));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
         let Some(destination) = destination.upgrade() else { return };
-        if let Err(e) = destination.lock().await.tick().await {
+        let mut destination = destination.lock().await;
+        if let Err(e) = destination.tick().await {
             tracing::warn!(stream = %stream, error = %e, "Destination: periodic work failed; retrying.");
         }
+        record(&metrics, destination.as_ref());
     }
 }

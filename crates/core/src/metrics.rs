@@ -50,6 +50,7 @@ struct Inner {
     rate: VecDeque<(Instant, u64)>,
     lag: BTreeMap<String, Lag>,
     source: BTreeMap<&'static str, f64>,
+    destination: BTreeMap<&'static str, f64>,
 }
 
 /// A snapshot for the API.
@@ -86,6 +87,11 @@ pub struct MetricsSnapshot {
     /// Source-specific gauges and counters, e.g. Kinesis `open_shards`, `throttled`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub source: BTreeMap<&'static str, f64>,
+    /// A stream destination's figures: `rows`, `deletes`, `writes`, `load_ms` (the last
+    /// write), `load_ms_max`, and for files `pending_rows` and `pending_seconds` (rows not in
+    /// the store yet, and the age of the oldest: the destination's lag behind the source).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub destination: BTreeMap<&'static str, f64>,
 }
 
 /// Latency figures in milliseconds since start (min, max, avg) and over recent batches (p99).
@@ -128,6 +134,7 @@ impl StreamMetrics {
                 rate: VecDeque::new(),
                 lag: BTreeMap::new(),
                 source: BTreeMap::new(),
+                destination: BTreeMap::new(),
             }),
         }
     }
@@ -155,6 +162,28 @@ impl StreamMetrics {
     pub fn set_source(&self, name: &'static str, value: f64) {
         if let Ok(mut inner) = self.inner.lock() {
             inner.source.insert(name, value);
+        }
+    }
+
+    /// Set a destination gauge.
+    pub fn set_destination(&self, name: &'static str, value: f64) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.destination.insert(name, value);
+        }
+    }
+
+    /// Add to a destination counter.
+    pub fn add_destination(&self, name: &'static str, value: f64) {
+        if let Ok(mut inner) = self.inner.lock() {
+            *inner.destination.entry(name).or_default() += value;
+        }
+    }
+
+    /// Raise a destination gauge to `value` if it is below.
+    pub fn max_destination(&self, name: &'static str, value: f64) {
+        if let Ok(mut inner) = self.inner.lock() {
+            let slot = inner.destination.entry(name).or_default();
+            *slot = slot.max(value);
         }
     }
 
@@ -228,6 +257,7 @@ impl StreamMetrics {
             lag_messages: inner.lag.values().filter_map(|l| l.messages).map(|m| m.max(0)).sum(),
             max_lag_seconds: self.max_lag_ms.load(Ordering::Relaxed) as f64 / 1000.0,
             source: inner.source.clone(),
+            destination: inner.destination.clone(),
             lag: inner.lag.clone(),
             max_lag_messages: self.max_lag.load(Ordering::Relaxed),
             latency_ms: LatencySnapshot {

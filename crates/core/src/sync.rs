@@ -135,6 +135,11 @@ pub trait Destination: Send {
         Ok(())
     }
 
+    /// Figures of what the destination holds back (files: `pending_rows`, `pending_seconds`).
+    fn gauges(&self) -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
+
     /// The stream stops: write out what is buffered.
     async fn finish(&mut self) -> Result<()> {
         Ok(())

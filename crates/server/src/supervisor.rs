@@ -250,7 +250,7 @@ impl Supervisor {
         let (source, handle) = build_source(&config.source, ctx)?;
         let delivery = match &config.destination {
             Some(destination) => {
-                let sink = DeliverySink::new(&config.name, destination, self.workspace.clone())?;
+                let sink = DeliverySink::new(&config.name, destination, self.workspace.clone(), metrics.clone())?;
                 Some(Arc::new(match &handle {
                     SourceHandle::Push(push) => sink.with_push_keys(push.keys.clone()),
                     _ => sink,

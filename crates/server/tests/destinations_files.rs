@@ -255,4 +255,15 @@ async fn a_mirror_stream_writes_change_files_with_an_op_column() {
     wait_until("a change file", Duration::from_secs(30), || async { !read().is_empty() }).await;
     // Within a unit the last change per key wins: key 1 upserted with its last image, key 2 deleted.
     assert_eq!(read().trim(), "1 10 upsert\n2 None delete");
+    // The destination's figures: what it was handed, and nothing left in open files.
+    let (_, metrics) = server.get("/api/streams/m/metrics").await;
+    let d = &metrics["destination"];
+    assert_eq!((d["rows"].as_f64(), d["deletes"].as_f64()), (Some(1.0), Some(1.0)), "{metrics}");
+    assert!(d["writes"].as_f64() >= Some(1.0) && d["load_ms"].as_f64() > Some(0.0), "{metrics}");
+    wait_until("no pending rows", Duration::from_secs(10), || async {
+        server.get("/api/streams/m/metrics").await.1["destination"]["pending_rows"].as_f64() == Some(0.0)
+    })
+    .await;
+    let prometheus = server.http.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(prometheus.contains("sluice_stream_destination_rows{stream=\"m\"} 1"), "{prometheus}");
 }

@@ -173,6 +173,15 @@ impl Destination for FilesStream {
         self.close_due(false).await
     }
 
+    fn gauges(&self) -> Vec<(&'static str, f64)> {
+        let now = Utc::now().timestamp_micros();
+        let tables = self.spool.tables();
+        let open: Vec<_> = tables.iter().filter_map(|t| self.spool.open_file(t)).collect();
+        let rows: u64 = open.iter().map(|f| f.rows).sum();
+        let oldest = open.iter().map(|f| f.opened_us).min().map_or(0.0, |us| (now - us).max(0) as f64 / 1e6);
+        vec![("pending_rows", rows as f64), ("pending_seconds", oldest)]
+    }
+
     async fn finish(&mut self) -> Result<()> {
         self.close_due(true).await
     }

@@ -138,15 +138,20 @@ fn render(streams: &[(String, MetricsSnapshot)]) -> String {
             }
         }
     }
-    let mut names: Vec<&str> = streams.iter().flat_map(|(_, m)| m.source.keys().copied()).collect();
-    names.sort_unstable();
-    names.dedup();
-    for key in names {
-        let name = format!("sluice_stream_source_{key}");
-        let _ = writeln!(out, "# HELP {name} Source-specific: {key}.\n# TYPE {name} gauge");
-        for (stream, m) in streams {
-            if let Some(v) = m.source.get(key) {
-                let _ = writeln!(out, "{name}{{stream=\"{}\"}} {v}", escape(stream));
+    type Gauges = fn(&MetricsSnapshot) -> &std::collections::BTreeMap<&'static str, f64>;
+    let groups: [(&str, &str, Gauges); 2] =
+        [("source", "Source-specific", |m| &m.source), ("destination", "Stream destination", |m| &m.destination)];
+    for (prefix, help, gauges) in groups {
+        let mut names: Vec<&str> = streams.iter().flat_map(|(_, m)| gauges(m).keys().copied()).collect();
+        names.sort_unstable();
+        names.dedup();
+        for key in names {
+            let name = format!("sluice_stream_{prefix}_{key}");
+            let _ = writeln!(out, "# HELP {name} {help}: {key}.\n# TYPE {name} gauge");
+            for (stream, m) in streams {
+                if let Some(v) = gauges(m).get(key) {
+                    let _ = writeln!(out, "{name}{{stream=\"{}\"}} {v}", escape(stream));
+                }
             }
         }
     }
