@@ -218,3 +218,50 @@ async fn debezium_mirror_into_sqlite_ends_equal_with_every_change_in_the_history
     let (_, metrics) = server.get("/api/streams/m/metrics").await;
     assert_eq!(metrics["state"], "running", "{metrics}");
 }
+
+/// A JSON mirror into SQLite without `keys` takes the table's primary key (in key order), else
+/// its narrowest plain unique index; a table with neither, or none, is refused with 422.
+#[tokio::test]
+async fn sqlite_mirror_keys_are_detected_from_the_table_or_refused() {
+    let target = DataDir::new("dest-sqlite-keys-file");
+    let db = target.0.join("app.db");
+    let setup = format!(
+        "import sqlite3\nc = sqlite3.connect({:?})\nc.executescript('''\n\
+         CREATE TABLE people (id INTEGER, email TEXT NOT NULL, name TEXT);\n\
+         CREATE UNIQUE INDEX people_email ON people (email);\n\
+         CREATE UNIQUE INDEX people_wide ON people (email, name);\n\
+         CREATE UNIQUE INDEX people_lower ON people (lower(name));\n\
+         INSERT INTO people VALUES (1, 'a@x', 'Ann');\n\
+         CREATE TABLE pairs (b TEXT, a TEXT, v INTEGER, PRIMARY KEY (a, b));\n\
+         CREATE TABLE bare (id INTEGER, name TEXT);\n''')\nc.commit()\n",
+        db.display().to_string()
+    );
+    let out = std::process::Command::new("python3").args(["-c", &setup]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dir = DataDir::new("dest-sqlite-keys");
+    let server = Server::start(&dir.0).await;
+    let stream = |name: &str, table: &str| {
+        json!({"name": name, "table": table, "mode": "mirror", "destination": sqlite_destination(&db),
+               "flush": {"max_wait_ms": 20}})
+    };
+    for (table, why) in [("bare", "no primary key or unique index"), ("missing", "does not exist")] {
+        let r = server.http.post(server.url("/api/streams")).json(&stream("s", table)).send().await.unwrap();
+        let status = r.status().as_u16();
+        let body: Value = r.json().await.unwrap_or(Value::Null);
+        assert_eq!(status, 422, "{body}");
+        assert!(body.to_string().contains(why), "{body}");
+    }
+    server.create_stream(stream("q", "pairs")).await;
+    let (_, described) = server.get("/api/streams/q").await;
+    assert_eq!(described["config"]["keys"], json!(["a", "b"]), "the primary key in key order: {described}");
+    let key = server.create_stream(stream("p", "people")).await;
+    let (_, described) = server.get("/api/streams/p").await;
+    assert_eq!(described["config"]["keys"], json!(["email"]), "the narrowest plain unique index: {described}");
+    let body = r#"[{"id": 1, "email": "a@x", "name": "Ann B"}, {"id": 2, "email": "b@x", "name": "Bo"}]"#;
+    let (status, answer) = server.push("p", &key, body).await;
+    assert_eq!(status, 202, "{answer}");
+    wait_until("the upserts in the SQLite file", Duration::from_secs(60), || async {
+        lines(&db, &["people"], "SELECT id, email, name FROM people ORDER BY id") == ["1|a@x|Ann B", "2|b@x|Bo"]
+    })
+    .await;
+}

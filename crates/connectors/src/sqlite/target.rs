@@ -125,6 +125,18 @@ impl Destination for SqliteTarget {
         .await
     }
 
+    async fn keys(&mut self, table: &str) -> Result<Option<Vec<String>>> {
+        let config = self.config.clone();
+        let table = table.to_string();
+        blocking(move || {
+            if !config.path.exists() {
+                return Ok(None);
+            }
+            table_keys(&config.open()?, &table)
+        })
+        .await
+    }
+
     async fn stamp(&mut self, owner: &str) -> Result<Option<String>> {
         let config = self.config.clone();
         let owner = owner.to_string();
@@ -216,6 +228,47 @@ fn apply(conn: &Connection, name: &str, delivery: &Delivery) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `table`'s primary key columns in key order, else those of its narrowest unique index
+/// without a condition or expression; `None` when the table does not exist.
+fn table_keys(conn: &Connection, table: &str) -> Result<Option<Vec<String>>> {
+    let mut stmt = conn.prepare("SELECT name, pk FROM pragma_table_info(?1) ORDER BY pk").map_err(sql_error)?;
+    let columns: Vec<(String, i64)> = stmt
+        .query_map([table], |r| Ok((r.get(0)?, r.get(1)?)))
+        .map_err(sql_error)?
+        .collect::<Result<_, _>>()
+        .map_err(sql_error)?;
+    if columns.is_empty() {
+        return Ok(None);
+    }
+    let primary: Vec<String> = columns.into_iter().filter(|(_, pk)| *pk > 0).map(|(name, _)| name).collect();
+    if !primary.is_empty() {
+        return Ok(Some(primary));
+    }
+    let mut stmt = conn
+        .prepare("SELECT name FROM pragma_index_list(?1) WHERE \"unique\" = 1 AND partial = 0 ORDER BY name")
+        .map_err(sql_error)?;
+    let indexes: Vec<String> =
+        stmt.query_map([table], |r| r.get(0)).map_err(sql_error)?.collect::<Result<_, _>>().map_err(sql_error)?;
+    let mut best: Option<Vec<String>> = None;
+    for index in indexes {
+        let mut stmt = conn.prepare("SELECT cid, name FROM pragma_index_info(?1) ORDER BY seqno").map_err(sql_error)?;
+        let parts: Vec<(i64, Option<String>)> = stmt
+            .query_map([&index], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(sql_error)?
+            .collect::<Result<_, _>>()
+            .map_err(sql_error)?;
+        // An expression (cid -2) or the rowid (cid -1) is not a column rows can be matched on.
+        let Some(names) = parts.into_iter().map(|(cid, name)| name.filter(|_| cid >= 0)).collect::<Option<Vec<_>>>()
+        else {
+            continue;
+        };
+        if best.as_ref().is_none_or(|b| names.len() < b.len()) {
+            best = Some(names);
+        }
+    }
+    Ok(Some(best.unwrap_or_default()))
 }
 
 fn existing_columns(conn: &Connection, table: &str) -> Result<Vec<String>> {
