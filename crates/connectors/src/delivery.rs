@@ -59,17 +59,26 @@ impl DeliverySink {
         workspace: Workspace,
         metrics: Arc<StreamMetrics>,
     ) -> Result<Self> {
-        let destination: Box<dyn Destination> = match config {
-            DestinationConfig::Files(files) => {
-                let root = workspace.path().parent().unwrap_or(std::path::Path::new("."));
-                Box::new(FilesStream::open(stream, files, &root.join("spool").join(stream))?)
-            }
-            other => build_destination(other)?,
-        };
-        let destination: Shared = Arc::new(Mutex::new(destination));
+        let destination: Shared = Arc::new(Mutex::new(open(stream, config, &workspace)?));
         tokio::spawn(tick(stream.to_string(), Arc::downgrade(&destination), metrics.clone()));
         let stamps = !matches!(config, DestinationConfig::Http(_));
         Ok(Self { stream: stream.to_string(), destination, stamps, workspace, push_keys: None, metrics })
+    }
+
+    /// Make the destination forget where `stream` stands (it is removed, or starts over from
+    /// its source): an empty write whose stamp is a fresh checkpoint. Rows already written stay;
+    /// a file destination still writes out the files it has open.
+    pub async fn forget(stream: &str, config: &DestinationConfig, workspace: &Workspace) -> Result<()> {
+        if matches!(config, DestinationConfig::Http(_)) {
+            return Ok(());
+        }
+        let envelope = Envelope { checkpoint: Checkpoint::default(), push_keys: Vec::new() };
+        let checkpoint = serde_json::to_string(&envelope)
+            .map_err(|e| Error::new(ErrorKind::Fatal, "could not encode a checkpoint").with_source(e))?;
+        let stamp = Stamp { owner: stream.to_string(), checkpoint };
+        let mut destination = open(stream, config, workspace)?;
+        destination.write(&[], Some(&stamp)).await?;
+        destination.finish().await
     }
 
     /// A push stream's key memory: keys a crash kept from the workspace are given back to it.
@@ -204,6 +213,17 @@ impl Sink for DeliverySink {
         // Then the push keys and totals, once the rows are durable where they belong.
         self.workspace.write(Self::control(&unit, false)).await
     }
+}
+
+/// The destination of `stream`: files spool in `<workspace folder>/spool/<stream>`.
+fn open(stream: &str, config: &DestinationConfig, workspace: &Workspace) -> Result<Box<dyn Destination>> {
+    Ok(match config {
+        DestinationConfig::Files(files) => {
+            let root = workspace.path().parent().unwrap_or(std::path::Path::new("."));
+            Box::new(FilesStream::open(stream, files, &root.join("spool").join(stream))?)
+        }
+        other => build_destination(other)?,
+    })
 }
 
 /// The destination's own figures into the stream's metrics.

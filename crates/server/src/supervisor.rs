@@ -165,6 +165,11 @@ impl Supervisor {
         if let Err(e) = sluice_connectors::release_source(&stream.config.source, name).await {
             tracing::warn!(stream = name, error = %e, "Could not release the source's resources.");
         }
+        if let Some(destination) = &stream.config.destination
+            && let Err(e) = DeliverySink::forget(name, destination, &self.workspace).await
+        {
+            tracing::warn!(stream = name, error = %e, "The destination keeps the stream's position; a new stream of this name would resume from it.");
+        }
         let table = drop_table.then(|| stream.config.table.clone());
         self.workspace.delete_stream(name, table).await?;
         Ok(true)
@@ -183,6 +188,16 @@ impl Supervisor {
         let Some(stream) = self.stop(name).await else { return Ok(false) };
         if let Err(e) = sluice_connectors::release_source(&stream.config.source, name).await {
             tracing::warn!(stream = name, error = %e, "Could not release the source's resources.");
+        }
+        // A destination keeps its own copy of the position: it forgets it too, or the stream
+        // would resume from it instead of starting over.
+        let forgotten = match &stream.config.destination {
+            Some(destination) => DeliverySink::forget(name, destination, &self.workspace).await,
+            None => Ok(()),
+        };
+        if let Err(e) = forgotten {
+            self.start(stream.config.clone(), stream.key_hash.clone()).await?;
+            return Err(e);
         }
         self.workspace.reset_position(name).await?;
         self.start(stream.config.clone(), stream.key_hash.clone()).await?;

@@ -303,3 +303,45 @@ async fn mirror_keys_are_detected_from_the_destination_table_or_refused() {
     })
     .await;
 }
+
+/// A resnapshot of a stream with a destination starts over from the source: the destination
+/// forgets its copy of the position too, so drift there (a row deleted by hand) is repaired by
+/// the new copy; and a removed stream leaves no position behind for a new one of its name.
+#[tokio::test]
+async fn a_resnapshot_into_a_destination_copies_the_source_again() {
+    let pg = Postgres::start();
+    pg.admin("CREATE DATABASE mirror OWNER etl");
+    pg.sql(
+        "CREATE TABLE items (id int PRIMARY KEY, name text);
+         INSERT INTO items SELECT g, 'n' || g FROM generate_series(1, 500) g;",
+    );
+    let dir = DataDir::new("dest-resnapshot");
+    let server = Server::start(&dir.0).await;
+    let mut destination = postgres_destination(&pg);
+    destination["database"] = json!("mirror");
+    let stream = json!({
+        "name": "r", "table": "[table]", "destination": destination,
+        "source": {"type": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest",
+                   "user": "etl", "password": "etl", "tables": ["public.items"]},
+        "flush": {"max_wait_ms": 20},
+    });
+    server.create_stream(stream.clone()).await;
+    const ROWS: &str = "SELECT id, name FROM items ORDER BY id";
+    let want = pg.lines(ROWS);
+    let equal = || async {
+        pg.lines_in("mirror", "SELECT to_regclass('public.items') IS NOT NULL")[0] == "t"
+            && pg.lines_in("mirror", ROWS) == want
+    };
+    wait_until("the snapshot in the target", Duration::from_secs(120), equal).await;
+    pg.lines_in("mirror", "DELETE FROM items WHERE id <= 10");
+    let r = server.http.post(server.url("/api/streams/r/resnapshot")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    wait_until("the target equal to the source again", Duration::from_secs(120), equal).await;
+
+    // Removed and created again: the new stream copies the table again (into a cleared target).
+    let r = server.http.delete(server.url("/api/streams/r")).send().await.unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    pg.lines_in("mirror", "DELETE FROM items");
+    server.create_stream(stream).await;
+    wait_until("a fresh copy in the target", Duration::from_secs(120), equal).await;
+}
