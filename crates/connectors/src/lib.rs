@@ -1,7 +1,6 @@
 //! Every Source and Sink, one folder per technology, registered by one serde enum and one match.
 
 mod delivery;
-mod delivery_mirror;
 pub mod files;
 pub mod http_api;
 pub mod http_push;

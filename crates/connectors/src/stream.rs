@@ -46,10 +46,14 @@ pub struct StreamConfig {
     /// `json`, or `debezium` change events.
     #[serde(default)]
     pub format: Format,
-    /// Where the rows land: absent, the embedded workspace; else a destination (today a
-    /// Postgres database, append mode), which keeps the stream's position with the rows.
+    /// Where the rows land: absent, the embedded workspace; else a destination (a database
+    /// table, files, an HTTP API), which keeps the stream's position with the rows where it can.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<DestinationConfig>,
+    /// With a database destination: stage units on the local disk and load them every
+    /// `every_ms` in one transaction (a staged bulk load), instead of one transaction per unit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<StageConfig>,
     /// For declared streams: the push key to accept. When absent one is generated and shown
     /// once. Stored hashed, never serialized back.
     #[serde(default, skip_serializing)]
@@ -99,6 +103,15 @@ impl StreamConfig {
     /// A stream's destination: a database table named by the stream's `table`, files, or an
     /// HTTP API.
     fn validate_destination(&self) -> Result<()> {
+        if let Some(stage) = &self.stage {
+            stage.validate()?;
+            if !matches!(
+                self.destination,
+                Some(DestinationConfig::Postgres(_) | DestinationConfig::Mysql(_) | DestinationConfig::Sqlite(_))
+            ) {
+                return Err(Error::config("stage", "staged loads are for a postgres, mysql or sqlite destination"));
+            }
+        }
         let Some(destination) = &self.destination else { return Ok(()) };
         let table = match destination {
             DestinationConfig::Postgres(c) => {
@@ -134,7 +147,9 @@ impl StreamConfig {
     /// Mode, keys, history and format, as the decoder takes them.
     pub fn changes(&self) -> ChangeConfig {
         match self.source {
-            // Postgres changes always mirror, keyed by each table's primary key.
+            // Postgres changes always mirror, keyed by each table's primary key. They come typed
+            // (`Payload::Change`), so no format reads them; the format only says what holds for
+            // Debezium's changes too: their keys come with each change, none are configured.
             SourceConfig::Postgres(_) => {
                 ChangeConfig { mode: Mode::Mirror, keys: Vec::new(), history: self.history, format: Format::Debezium }
             }
@@ -210,6 +225,40 @@ impl StreamConfig {
         if let Some(destination) = self.destination.as_mut() {
             destination.restore_secrets(secrets);
         }
+    }
+}
+
+/// A staged bulk load's rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageConfig {
+    /// How often the staged units are loaded, in milliseconds.
+    #[serde(default = "default_every_ms")]
+    pub every_ms: u64,
+    /// Staged rows (and deletes) past which a unit waits for a load: the stream then moves
+    /// at the destination's pace.
+    #[serde(default = "default_max_pending_rows")]
+    pub max_pending_rows: u64,
+}
+
+fn default_every_ms() -> u64 {
+    1000
+}
+
+fn default_max_pending_rows() -> u64 {
+    1_000_000
+}
+
+impl StageConfig {
+    /// Check the fields; pure.
+    pub fn validate(&self) -> Result<()> {
+        if self.every_ms < 100 {
+            return Err(Error::config("stage.every_ms", "must be at least 100"));
+        }
+        if self.max_pending_rows == 0 {
+            return Err(Error::config("stage.max_pending_rows", "must be above 0"));
+        }
+        Ok(())
     }
 }
 

@@ -166,7 +166,7 @@ impl Supervisor {
             tracing::warn!(stream = name, error = %e, "Could not release the source's resources.");
         }
         if let Some(destination) = &stream.config.destination
-            && let Err(e) = DeliverySink::forget(name, destination, &self.workspace).await
+            && let Err(e) = DeliverySink::forget(&stream.config, destination, &self.workspace).await
         {
             tracing::warn!(stream = name, error = %e, "The destination keeps the stream's position; a new stream of this name would resume from it.");
         }
@@ -192,7 +192,7 @@ impl Supervisor {
         // A destination keeps its own copy of the position: it forgets it too, or the stream
         // would resume from it instead of starting over.
         let forgotten = match &stream.config.destination {
-            Some(destination) => DeliverySink::forget(name, destination, &self.workspace).await,
+            Some(destination) => DeliverySink::forget(&stream.config, destination, &self.workspace).await,
             None => Ok(()),
         };
         if let Err(e) = forgotten {
@@ -265,7 +265,7 @@ impl Supervisor {
         let (source, handle) = build_source(&config.source, ctx)?;
         let delivery = match &config.destination {
             Some(destination) => {
-                let sink = DeliverySink::new(&config.name, destination, self.workspace.clone(), metrics.clone())?;
+                let sink = DeliverySink::new(&config, destination, self.workspace.clone(), metrics.clone())?;
                 Some(Arc::new(match &handle {
                     SourceHandle::Push(push) => sink.with_push_keys(push.keys.clone()),
                     _ => sink,

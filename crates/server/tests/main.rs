@@ -20,6 +20,7 @@ mod destinations_files;
 mod destinations_http;
 mod destinations_mariadb;
 mod destinations_sqlite;
+mod destinations_staged;
 mod hardening;
 mod kafka;
 mod kafka_faults;

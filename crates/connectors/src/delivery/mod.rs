@@ -8,6 +8,10 @@
 //! on resume, a stamp the workspace has not seen gives its keys back to the workspace and to
 //! the push route, and a client's retry of that push is answered, not stored twice.
 
+mod coalesce;
+mod mirror;
+mod staged;
+
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -20,8 +24,10 @@ use tokio::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use self::staged::StagedDestination;
 use crate::files::FilesStream;
 use crate::http_push::KeyMemory;
+use crate::stream::{StageConfig, StreamConfig};
 use crate::sync::{DestinationConfig, build_destination};
 use crate::workspace::Workspace;
 
@@ -54,12 +60,13 @@ impl DeliverySink {
     /// in `<workspace folder>/spool/<stream>`. Must run inside the runtime: a task ticks the
     /// destination (files close by age) while the sink lives.
     pub fn new(
-        stream: &str,
+        stream: &StreamConfig,
         config: &DestinationConfig,
         workspace: Workspace,
         metrics: Arc<StreamMetrics>,
     ) -> Result<Self> {
-        let destination: Shared = Arc::new(Mutex::new(open(stream, config, &workspace)?));
+        let (stage, stream) = (stream.stage, stream.name.as_str());
+        let destination: Shared = Arc::new(Mutex::new(open(stream, config, stage, &workspace)?));
         tokio::spawn(tick(stream.to_string(), Arc::downgrade(&destination), metrics.clone()));
         let stamps = !matches!(config, DestinationConfig::Http(_));
         Ok(Self { stream: stream.to_string(), destination, stamps, workspace, push_keys: None, metrics })
@@ -68,7 +75,8 @@ impl DeliverySink {
     /// Make the destination forget where `stream` stands (it is removed, or starts over from
     /// its source): an empty write whose stamp is a fresh checkpoint. Rows already written stay;
     /// a file destination still writes out the files it has open.
-    pub async fn forget(stream: &str, config: &DestinationConfig, workspace: &Workspace) -> Result<()> {
+    pub async fn forget(stream: &StreamConfig, config: &DestinationConfig, workspace: &Workspace) -> Result<()> {
+        let (stage, stream) = (stream.stage, stream.name.as_str());
         if matches!(config, DestinationConfig::Http(_)) {
             return Ok(());
         }
@@ -76,7 +84,7 @@ impl DeliverySink {
         let checkpoint = serde_json::to_string(&envelope)
             .map_err(|e| Error::new(ErrorKind::Fatal, "could not encode a checkpoint").with_source(e))?;
         let stamp = Stamp { owner: stream.to_string(), checkpoint };
-        let mut destination = open(stream, config, workspace)?;
+        let mut destination = open(stream, config, stage, workspace)?;
         destination.write(&[], Some(&stamp)).await?;
         destination.finish().await
     }
@@ -137,7 +145,7 @@ impl DeliverySink {
         let mut out = Vec::with_capacity(unit.tables.len());
         for table in &unit.tables {
             if let Some(mirror) = &table.mirror {
-                out.extend(super::delivery_mirror::deliveries(&self.stream, table, mirror)?);
+                out.extend(mirror::deliveries(&self.stream, table, mirror)?);
                 continue;
             }
             let replace = table.snapshot.is_some_and(|s| s.clear);
@@ -215,14 +223,26 @@ impl Sink for DeliverySink {
     }
 }
 
-/// The destination of `stream`: files spool in `<workspace folder>/spool/<stream>`.
-fn open(stream: &str, config: &DestinationConfig, workspace: &Workspace) -> Result<Box<dyn Destination>> {
-    Ok(match config {
-        DestinationConfig::Files(files) => {
-            let root = workspace.path().parent().unwrap_or(std::path::Path::new("."));
+/// The destination of `stream`: files spool in `<workspace folder>/spool/<stream>`, and a
+/// staged database destination stages in `<workspace folder>/stage/<stream>`.
+fn open(
+    stream: &str,
+    config: &DestinationConfig,
+    stage: Option<StageConfig>,
+    workspace: &Workspace,
+) -> Result<Box<dyn Destination>> {
+    let root = workspace.path().parent().unwrap_or(std::path::Path::new("."));
+    Ok(match (config, stage) {
+        (DestinationConfig::Files(files), _) => {
             Box::new(FilesStream::open(stream, files, &root.join("spool").join(stream))?)
         }
-        other => build_destination(other)?,
+        (other, Some(stage)) => Box::new(StagedDestination::new(
+            build_destination(other)?,
+            stream,
+            &root.join("stage").join(stream),
+            stage,
+        )?),
+        (other, None) => build_destination(other)?,
     })
 }
 
