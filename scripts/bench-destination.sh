@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Stream-destination benchmark: 1M generated events in a tansu topic, delivered by Sluice into a
-# table of a throwaway PostgreSQL 15 (exactly once: position committed with the rows), against
+# Stream-destination benchmark: 1M generated events pushed over HTTP and in a tansu topic,
+# delivered by Sluice into a table of a throwaway PostgreSQL 15 (exactly once: position committed
+# with the rows), one transaction per unit and then staged (bulk loads every 500 ms), against
 # PostgreSQL's own COPY of the same rows (exported from that table, loaded into an empty copy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,3 +53,13 @@ copy_baseline pushbench
 echo "== Kafka (tansu) -> PostgreSQL ($events events)"
 "$CARGO_TARGET_DIR/release/sluice" bench-kafka --brokers "127.0.0.1:$kport" --events "$events" --destination "$(target postgres)"
 copy_baseline postgres
+echo "== HTTP push -> PostgreSQL, staged (stage every 500 ms; $events events)"
+psql -c "CREATE DATABASE pushstaged"
+"$CARGO_TARGET_DIR/release/sluice" bench --events "$events" --seconds 5 --destination "$(target pushstaged)" \
+  --stage '{"every_ms": 500}'
+copy_baseline pushstaged
+echo "== Kafka (tansu) -> PostgreSQL, staged (stage every 500 ms; $events events)"
+psql -c "CREATE DATABASE kafkastaged"
+"$CARGO_TARGET_DIR/release/sluice" bench-kafka --brokers "127.0.0.1:$kport" --events "$events" \
+  --destination "$(target kafkastaged)" --stage '{"every_ms": 500}'
+copy_baseline kafkastaged

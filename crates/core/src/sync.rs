@@ -130,7 +130,7 @@ pub trait Destination: Send {
     }
 
     /// Periodic work of a destination that buffers rows (files closing by age); called about
-    /// once a second while a stream runs.
+    /// five times a second while a stream runs.
     async fn tick(&mut self) -> Result<()> {
         Ok(())
     }

@@ -267,3 +267,39 @@ async fn a_mirror_stream_writes_change_files_with_an_op_column() {
     let prometheus = server.http.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(prometheus.contains("sluice_stream_destination_rows{stream=\"m\"} 1"), "{prometheus}");
 }
+
+/// The bucket goes away while events are pushed: pushes are still answered (the rows wait in
+/// the spool, which the figures show), and once the bucket is back every row reaches it once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_bucket_holds_rows_in_the_spool_until_it_is_back() {
+    let moto = Moto::start();
+    let dir = DataDir::new("dest-files-outage");
+    let server = Server::start(&dir.0).await;
+    let destination = json!({
+        "kind": "files", "location": "s3://late/events", "format": "jsonl", "rotate": {"rows": 100, "seconds": 1},
+        "s3": {"endpoint": moto.endpoint, "access_key_id": "test", "secret_access_key": "test"},
+    });
+    let key = server.create_stream(json!({"name": "o", "table": "t", "destination": destination})).await;
+    push_events(&server, "o", &key, 300).await;
+    wait_until("rows held in the spool", Duration::from_secs(30), || async {
+        server.get("/api/streams/o/metrics").await.1["destination"]["pending_rows"].as_f64() == Some(300.0)
+    })
+    .await;
+    py(&format!("{}s3.create_bucket(Bucket='late')", moto.boto()));
+    let count = || {
+        py(&format!(
+            "{}import json\nids = []\n\
+             for o in s3.list_objects_v2(Bucket='late', Prefix='events/').get('Contents', []):\n    \
+                 ids += [json.loads(l)['id'] for l in s3.get_object(Bucket='late', Key=o['Key'])['Body'].read().splitlines()]\n\
+             print(len(ids), len(set(ids)))",
+            moto.boto()
+        ))
+        .trim()
+        .to_string()
+    };
+    wait_until("every row in the bucket", Duration::from_secs(60), || async { count() == "300 300" }).await;
+    wait_until("an empty spool", Duration::from_secs(10), || async {
+        server.get("/api/streams/o/metrics").await.1["destination"]["pending_rows"].as_f64() == Some(0.0)
+    })
+    .await;
+}

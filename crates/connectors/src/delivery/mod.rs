@@ -253,9 +253,9 @@ fn record(metrics: &StreamMetrics, destination: &dyn Destination) {
     }
 }
 
-/// About once a second, the destination's periodic work, until the sink is dropped.
+/// Five times a second, the destination's periodic work and figures, until the sink is dropped.
 async fn tick(stream: String, destination: Weak<Mutex<Box<dyn Destination>>>, metrics: Arc<StreamMetrics>) {
-    let mut interval = tokio::time::interval(Duration::from_secs(1));
+    let mut interval = tokio::time::interval(Duration::from_millis(200));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;

@@ -9,7 +9,7 @@ use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as StorePath;
-use object_store::{ObjectStore, PutPayload};
+use object_store::{ObjectStore, PutPayload, RetryConfig};
 use sluice_core::{Error, ErrorKind, Result};
 
 use super::config::{FilesConfig, S3Config, Scheme, default_region};
@@ -49,7 +49,8 @@ impl Store {
                     access_key_id: None,
                     secret_access_key: None,
                 });
-                let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket).with_region(&s3.region);
+                let mut builder =
+                    AmazonS3Builder::from_env().with_bucket_name(bucket).with_region(&s3.region).with_retry(retry());
                 if let Some(endpoint) = &s3.endpoint {
                     builder = builder.with_endpoint(endpoint).with_allow_http(endpoint.starts_with("http://"));
                 }
@@ -63,8 +64,10 @@ impl Store {
             }
             Scheme::Azure => {
                 let azure = config.azure.as_ref().ok_or_else(|| Error::config("destination.azure", "needed"))?;
-                let mut builder =
-                    MicrosoftAzureBuilder::from_env().with_account(&azure.account).with_container_name(bucket);
+                let mut builder = MicrosoftAzureBuilder::from_env()
+                    .with_account(&azure.account)
+                    .with_container_name(bucket)
+                    .with_retry(retry());
                 if let Some(key) = &azure.access_key {
                     builder = builder.with_access_key(key.expose());
                 }
@@ -114,6 +117,12 @@ impl Store {
         self.put(&probe, Vec::new()).await?;
         self.delete(&probe).await
     }
+}
+
+/// A few quick retries: a put that keeps failing is tried again later by its caller, while the
+/// rows wait in the spool, instead of holding the stream for minutes.
+fn retry() -> RetryConfig {
+    RetryConfig { max_retries: 3, retry_timeout: std::time::Duration::from_secs(20), ..RetryConfig::default() }
 }
 
 fn store_error(e: object_store::Error) -> Error {

@@ -30,6 +30,8 @@ pub struct FilesStream {
     rotate: Rotate,
     store: Option<Store>,
     spool: Spool,
+    /// After a failed put, no file closes before this.
+    retry_at: Option<std::time::Instant>,
 }
 
 impl FilesStream {
@@ -43,6 +45,7 @@ impl FilesStream {
             rotate: config.rotate.unwrap_or_default(),
             store: None,
             spool: Spool::open(spool_dir)?,
+            retry_at: None,
         })
     }
 
@@ -76,8 +79,18 @@ impl FilesStream {
         Ok(())
     }
 
-    /// Close every file whose rotation limit is reached; all of them with `all`.
+    /// Close every file whose rotation limit is reached; all of them with `all`. After a
+    /// failure the store gets 5 s before the next try (the spool keeps the rows meanwhile).
     async fn close_due(&mut self, all: bool) -> Result<()> {
+        if !all && self.retry_at.is_some_and(|at| std::time::Instant::now() < at) {
+            return Ok(());
+        }
+        let result = self.close_due_now(all).await;
+        self.retry_at = result.is_err().then(|| std::time::Instant::now() + Duration::from_secs(5));
+        result
+    }
+
+    async fn close_due_now(&mut self, all: bool) -> Result<()> {
         let now = Utc::now().timestamp_micros();
         let age = Duration::from_secs(self.rotate.seconds).as_micros() as i64;
         for table in self.spool.tables() {

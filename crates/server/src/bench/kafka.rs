@@ -29,6 +29,9 @@ pub struct KafkaBenchArgs {
     /// workspace, and the run ends when the stream has written them all.
     #[arg(long)]
     pub destination: Option<String>,
+    /// The stream's `stage` (JSON), with `--destination`: a staged bulk load.
+    #[arg(long)]
+    pub stage: Option<String>,
 }
 
 /// Produce, read raw, then read through Sluice; print both rates.
@@ -79,7 +82,13 @@ pub async fn run(args: KafkaBenchArgs) -> Result<(), String> {
         .transpose()
         .map_err(|e| format!("--destination: {e}"))?;
     let into = if destination.is_some() { "destination table" } else { "table" };
-    let (sluice_secs, rss) = super::time_stream("kafka", source, destination, args.events).await?;
+    let stage = args
+        .stage
+        .as_deref()
+        .map(serde_json::from_str::<serde_json::Value>)
+        .transpose()
+        .map_err(|e| format!("--stage: {e}"))?;
+    let (sluice_secs, rss) = super::time_stream("kafka", source, destination, stage, args.events).await?;
 
     let mb = bytes as f64 / 1e6;
     println!("events: {} ({mb:.1} MB of values), topic with {} partitions", args.events, args.partitions);

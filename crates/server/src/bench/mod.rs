@@ -46,6 +46,9 @@ pub struct BenchArgs {
     /// of the workspace (scripts/bench-destination.sh passes a throwaway PostgreSQL).
     #[arg(long)]
     pub destination: Option<String>,
+    /// The stream's `stage` (JSON), with `--destination`: a staged bulk load.
+    #[arg(long)]
+    pub stage: Option<String>,
 }
 
 /// Run the benchmark and print the report.
@@ -91,7 +94,11 @@ async fn bench(args: &BenchArgs, dir: &Path) -> Result<Report, String> {
     let key = match &destination {
         None => server.create_stream(&http, "bench").await?,
         Some(d) => {
-            let body = server.create(&http, json!({"name": "bench", "table": "bench", "destination": d})).await?;
+            let mut config = json!({"name": "bench", "table": "bench", "destination": d});
+            if let Some(stage) = &args.stage {
+                config["stage"] = serde_json::from_str(stage).map_err(|e| format!("--stage: {e}"))?;
+            }
+            let body = server.create(&http, config).await?;
             body["push_key"].as_str().map(str::to_string).ok_or_else(|| format!("create failed: {body}"))?
         }
     };
@@ -190,12 +197,20 @@ async fn latency_run(
     Ok(out)
 }
 
+/// Rows a stream has written where they belong: its committed rows, less those a staged load
+/// still holds.
+fn in_destination(metrics: &Value) -> Option<i64> {
+    let pending = metrics["destination"]["pending_rows"].as_f64().unwrap_or(0.0) as i64;
+    Some(metrics["rows_written"].as_i64()? - pending)
+}
+
 /// In a throwaway server, a stream `bench` reading `source` into table `bench`: seconds from
 /// its creation until `events` rows are queryable, and the server's peak RSS (KiB).
 async fn time_stream(
     label: &str,
     source: Value,
     destination: Option<Value>,
+    stage: Option<Value>,
     events: usize,
 ) -> Result<(f64, u64), String> {
     let dir = std::env::temp_dir().join(format!("sluice-bench-{label}-{}", std::process::id()));
@@ -206,6 +221,9 @@ async fn time_stream(
     let mut config = json!({"name": "bench", "table": "bench", "source": source});
     let secs = if let Some(destination) = destination {
         config["destination"] = destination;
+        if let Some(stage) = stage {
+            config["stage"] = stage;
+        }
         server.create(&http, config).await?;
         server.wait_written(&http, "bench", events, t).await
     } else {
@@ -295,7 +313,7 @@ impl ServerProcess {
         let url = format!("{}/api/streams/{stream}/metrics", self.base);
         let m: Value =
             http.get(url).send().await.map_err(|e| e.to_string())?.json().await.map_err(|e| e.to_string())?;
-        m["rows_written"].as_i64().ok_or_else(|| format!("no rows_written in {m}"))
+        in_destination(&m).ok_or_else(|| format!("no rows_written in {m}"))
     }
 
     /// Wait until `stream` has written `n` rows (to its destination); seconds from `since`.
@@ -312,7 +330,7 @@ impl ServerProcess {
                 Ok(r) => r.json().await.unwrap_or(Value::Null),
                 Err(_) => Value::Null,
             };
-            if m["rows_written"].as_u64().unwrap_or(0) >= n as u64 {
+            if in_destination(&m).unwrap_or(0) >= n as i64 {
                 return Ok(since.elapsed().as_secs_f64());
             }
             if since.elapsed() > Duration::from_secs(1200) {
