@@ -64,6 +64,10 @@ async fn pushed_events_reach_an_http_api_in_batches_and_survive_its_outage() {
         api.received().iter().filter(|r| r.status == 503).count() >= 3
     })
     .await;
+    wait_until("the stream waiting for the API", Duration::from_secs(30), || async {
+        server.get("/api/streams/h/metrics").await.1["state"] == "reconnecting"
+    })
+    .await;
     api.fail_after(0, None);
     pushing.await.unwrap();
     wait_until("all 300 rows at the API", Duration::from_secs(60), || async { ids().len() == 300 }).await;

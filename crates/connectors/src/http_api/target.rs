@@ -257,10 +257,10 @@ impl HttpApiTarget {
             let shown = redact_url(url);
             if !retry || attempt >= self.config.max_retries {
                 let tries = if retry { format!(" after {attempt} retries") } else { String::new() };
-                return Err(Error::new(
-                    ErrorKind::Fatal,
-                    format!("HTTP API: batch {batch_no} to {shown} {problem}{tries}"),
-                ));
+                // A server that is down or busy may come back (a stream waits, `reconnecting`);
+                // one that refused the rows will not.
+                let kind = if retry { ErrorKind::Connect } else { ErrorKind::Fatal };
+                return Err(Error::new(kind, format!("HTTP API: batch {batch_no} to {shown} {problem}{tries}")));
             }
             let backoff = Duration::from_millis(self.config.backoff_ms.saturating_mul(1 << attempt.min(16)))
                 .min(Duration::from_secs(30));
