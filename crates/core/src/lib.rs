@@ -15,6 +15,7 @@ pub mod secret;
 pub mod sink;
 pub mod source;
 pub mod sync;
+pub mod sync_run;
 
 pub use batch::{
     ChangeOp, Checkpoint, Chunk, CopyRows, IdempotencyKey, MirrorWrite, Payload, Position, Record, RecordMeta, Reject,
@@ -30,3 +31,4 @@ pub use secret::Secret;
 pub use sink::{Sink, StateStore};
 pub use source::{ChunkReport, RejectedEvent, Source};
 pub use sync::{Delivery, Destination, Stamp, SyncMode};
+pub use sync_run::{Planner, RunCounts, SyncPlan, SyncSpec};

@@ -1,9 +1,9 @@
 //! Reverse ETL syncs: the registry, runs (by hand, from the API, on a schedule), and preview.
 //!
-//! A run: compute the plan on the workspace (the read-only SELECT and change detection), hand
-//! it to the destination, and only when the destination reports success replace the row hashes
-//! and record the run as succeeded. A run that fails leaves the hashes alone, so the next run
-//! sends the same rows again.
+//! A run is `sluice_core::sync_run::run` with the workspace as its `Planner`: compute the plan
+//! (the read-only SELECT and change detection), hand it to the destination, and only when the
+//! destination reports success replace the row hashes; then the run is recorded as succeeded.
+//! A run that fails leaves the hashes alone, so the next run sends the same rows again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
-use sluice_connectors::workspace::{Plan, RunRecord, Workspace};
+use sluice_connectors::workspace::{RunRecord, Workspace};
 use sluice_connectors::{SyncConfig, build_destination};
-use sluice_core::{Delivery, Error, ErrorKind, Result};
+use sluice_core::{Error, ErrorKind, Planner, Result, RunCounts, SyncSpec, sync_run};
 use tokio::sync::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
@@ -192,13 +192,13 @@ impl Syncs {
         let outcome = self.deliver(config, &record.id).await;
         record.duration_ms = Some(started.elapsed().as_millis() as i64);
         match outcome {
-            Ok(plan) => {
+            Ok(counts) => {
                 record.status = "succeeded".into();
-                record.rows_sent = Some((plan.inserted + plan.updated + plan.deleted) as i64);
-                record.inserted = Some(plan.inserted as i64);
-                record.updated = Some(plan.updated as i64);
-                record.deleted = Some(plan.deleted as i64);
-                record.detect_ms = Some(plan.detect_ms as i64);
+                record.rows_sent = Some(counts.sent() as i64);
+                record.inserted = Some(counts.inserted as i64);
+                record.updated = Some(counts.updated as i64);
+                record.deleted = Some(counts.deleted as i64);
+                record.detect_ms = Some(counts.detect_ms as i64);
                 tracing::info!(sync = %config.name, run = %record.id, sent = record.rows_sent, "Sync run succeeded.");
             }
             Err(e) => {
@@ -212,49 +212,22 @@ impl Syncs {
         }
     }
 
-    async fn deliver(&self, config: &SyncConfig, run_id: &str) -> Result<Plan> {
-        let started = Instant::now();
-        let plan = self.plan(config).await?;
-        let planned = started.elapsed();
-        let delivery = Delivery {
-            sync: config.name.clone(),
-            run_id: run_id.to_string(),
-            mode: config.mode,
-            keys: config.keys.clone(),
-            schema: plan.schema.clone(),
-            rows: plan.rows.clone(),
-            deletes: plan.deletes.clone(),
-            table: None,
-        };
+    /// One run: the destination is written first, and the hashes move only after it accepted
+    /// the whole run (`sync_run::run`).
+    async fn deliver(&self, config: &SyncConfig, run_id: &str) -> Result<RunCounts> {
         let mut destination = build_destination(&config.destination)?;
-        destination.deliver(&delivery).await?;
-        let delivered = started.elapsed();
-        // Only now, after the destination said yes, do the hashes move.
-        self.workspace.sync_commit(config.name.clone(), plan.clone()).await?;
-        tracing::info!(
-            sync = %config.name,
-            run = run_id,
-            plan_ms = planned.as_millis() as u64,
-            detect_ms = plan.detect_ms,
-            deliver_ms = (delivered - planned).as_millis() as u64,
-            commit_ms = (started.elapsed() - delivered).as_millis() as u64,
-            "Sync run phases."
-        );
-        Ok(plan)
-    }
-
-    async fn plan(&self, config: &SyncConfig) -> Result<Plan> {
-        self.workspace.sync_plan(config.name.clone(), config.query.clone(), config.mode, config.keys.clone()).await
+        sync_run::run(&self.workspace, destination.as_mut(), &spec(config), run_id).await
     }
 
     /// What the next run would send, without sending anything.
     pub async fn preview(&self, name: &str, sample: usize) -> Result<Preview> {
         let entry = self.get(name).await.ok_or_else(|| Error::new(ErrorKind::Config, format!("no sync '{name}'")))?;
-        let plan = self.plan(&entry.config).await?;
+        let plan = Planner::plan(&self.workspace, &spec(&entry.config), "preview").await?;
+        let delivery = &plan.delivery;
         let mut rows = Vec::new();
         let (mut inserts, mut updates) = (0, 0);
         let flags: Vec<bool> = plan.is_new.iter().flat_map(|a| a.iter().map(|v| v.unwrap_or(true))).collect();
-        for (i, mut row) in json_rows(&plan.rows, 10_000)?.into_iter().enumerate() {
+        for (i, mut row) in json_rows(&delivery.rows, 10_000)?.into_iter().enumerate() {
             let new = flags.get(i).copied().unwrap_or(true);
             let count = if new { &mut inserts } else { &mut updates };
             if *count >= sample {
@@ -267,7 +240,7 @@ impl Syncs {
                 break;
             }
         }
-        for (n, row) in json_rows(&plan.deletes, sample)?.into_iter().enumerate() {
+        for (n, row) in json_rows(&delivery.deletes, sample)?.into_iter().enumerate() {
             if n >= sample {
                 break;
             }
@@ -275,13 +248,14 @@ impl Syncs {
             row.insert("_op".into(), Value::String("delete".into()));
             rows.push(row);
         }
+        let counts = plan.counts;
         Ok(Preview {
-            total: plan.total,
-            inserted: plan.inserted,
-            updated: plan.updated,
-            deleted: plan.deleted,
+            total: counts.total,
+            inserted: counts.inserted,
+            updated: counts.updated,
+            deleted: counts.deleted,
             sample: rows,
-            detect_ms: plan.detect_ms,
+            detect_ms: counts.detect_ms,
         })
     }
 
@@ -291,6 +265,11 @@ impl Syncs {
             entry.schedule.cancel();
         }
     }
+}
+
+/// What a run of `config` reads and how it sends it.
+fn spec(config: &SyncConfig) -> SyncSpec {
+    SyncSpec { name: config.name.clone(), query: config.query.clone(), mode: config.mode, keys: config.keys.clone() }
 }
 
 /// The first `limit` rows as JSON objects.

@@ -22,7 +22,6 @@ pub use query::{QueryError, QueryErrorKind, QueryLimits, QueryResult, check_read
 pub use replay::{LedgerEvent, ReplayRequest};
 pub use secrets::keyed_hash;
 pub use state::StoredStream;
-pub use sync_plan::Plan;
 pub use sync_state::{RunRecord, RunSummary};
 
 /// WAL size at which DuckDB checkpoints (see `Workspace::open`).

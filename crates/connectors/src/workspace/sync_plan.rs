@@ -13,56 +13,31 @@ use arrow::array::{AsArray, BooleanArray};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use duckdb::Connection;
-use sluice_core::{Error, ErrorKind, Result, SyncMode};
+use sluice_core::{Delivery, Error, ErrorKind, Result, RunCounts, SyncMode, SyncPlan, SyncSpec};
 
 use super::{SCHEMA, check_read_only, db_error, in_transaction, quote};
-
-/// What a run would send, computed without sending anything.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    /// The result's columns, as the destination receives them.
-    pub schema: SchemaRef,
-    /// Replace and append: every row. Upsert and mirror: rows new or changed.
-    pub rows: Vec<RecordBatch>,
-    /// Upsert and mirror: for each batch of `rows`, whether each row's key is new.
-    pub is_new: Vec<BooleanArray>,
-    /// Mirror: the key columns of rows gone since the last successful run.
-    pub deletes: Vec<RecordBatch>,
-    /// Rows in the result.
-    pub total: u64,
-    /// Rows whose key was not delivered before (every row for replace and append).
-    pub inserted: u64,
-    /// Rows whose key was delivered with other values.
-    pub updated: u64,
-    /// Keys to delete (mirror).
-    pub deleted: u64,
-    /// Milliseconds spent on change detection (hashing and comparing).
-    pub detect_ms: u64,
-    /// The key columns.
-    keys: Vec<String>,
-    /// Key columns and hash of the rows in `rows`: what a successful delivery records.
-    changed_hashes: Vec<RecordBatch>,
-}
 
 /// The table of a sync's row hashes.
 pub(crate) fn hash_table(sync: &str) -> String {
     format!("{SCHEMA}.{}", quote(&format!("hashes__{sync}")))
 }
 
-/// Compute a sync's plan. `keys` are required for the keyed modes.
-pub fn plan(conn: &Connection, sync: &str, sql: &str, mode: SyncMode, keys: &[String]) -> Result<Plan> {
+/// Compute what run `run_id` of `sync` would send, without sending anything. `keys` are
+/// required for the keyed modes.
+pub fn plan(conn: &Connection, sync: &SyncSpec, run_id: &str) -> Result<SyncPlan> {
+    let (sql, mode, keys) = (sync.query.as_str(), sync.mode, sync.keys.as_slice());
     check_read_only(conn, sql)?;
-    let hashes = hash_table(sync);
+    let hashes = hash_table(&sync.name);
     if mode.keyed() {
         // Binding only (nothing runs): the key columns' types, for the hash table.
         let body = sql.trim().trim_end_matches(';');
         let columns = describe(conn, &format!("SELECT * FROM (\n{body}\n)"))?;
         let projection = columns.iter().map(|(name, ty)| project(name, ty)).collect::<Vec<_>>().join(", ");
         let out = describe(conn, &format!("SELECT {projection} FROM (\n{body}\n) r"))?;
-        key_types(&out, keys).and_then(|typed| ensure_hash_table(conn, sync, &typed))?;
+        key_types(&out, keys).and_then(|typed| ensure_hash_table(conn, &sync.name, &typed))?;
     }
     conn.execute_batch("BEGIN TRANSACTION").map_err(db_error)?;
-    let result = plan_in(conn, &hashes, sql, mode, keys);
+    let result = plan_in(conn, &hashes, sync, run_id);
     // Always rolled back: the user's SELECT may not leave anything behind.
     let _ = conn.execute_batch("ROLLBACK");
     result
@@ -110,7 +85,8 @@ fn ensure_hash_table(conn: &Connection, sync: &str, keys: &[(String, String)]) -
     conn.execute_batch(&format!("DROP TABLE IF EXISTS {hashes}; CREATE TABLE {hashes} ({columns})")).map_err(db_error)
 }
 
-fn plan_in(conn: &Connection, hashes: &str, sql: &str, mode: SyncMode, keys: &[String]) -> Result<Plan> {
+fn plan_in(conn: &Connection, hashes: &str, sync: &SyncSpec, run_id: &str) -> Result<SyncPlan> {
+    let (sql, mode, keys) = (sync.query.as_str(), sync.mode, sync.keys.as_slice());
     // The text is inside parentheses on its own lines, so a trailing comment or semicolon
     // cannot escape them.
     let body = sql.trim().trim_end_matches(';');
@@ -123,18 +99,11 @@ fn plan_in(conn: &Connection, hashes: &str, sql: &str, mode: SyncMode, keys: &[S
     if !mode.keyed() {
         let rows = arrow_rows(conn, "SELECT * FROM __sluice_out")?;
         let schema = schema_of(conn, "SELECT * FROM __sluice_out", &rows)?;
-        return Ok(Plan {
-            schema,
-            rows,
+        return Ok(SyncPlan {
+            delivery: delivery(sync, run_id, schema, rows, Vec::new()),
+            counts: RunCounts { total, inserted: total, ..RunCounts::default() },
             is_new: Vec::new(),
-            deletes: Vec::new(),
-            total,
-            inserted: total,
-            updated: 0,
-            deleted: 0,
-            detect_ms: 0,
-            keys: Vec::new(),
-            changed_hashes: Vec::new(),
+            hashes: Vec::new(),
         });
     }
     let started = Instant::now();
@@ -175,19 +144,38 @@ fn plan_in(conn: &Connection, hashes: &str, sql: &str, mode: SyncMode, keys: &[S
     };
     let deleted = deletes.iter().map(|b| b.num_rows() as u64).sum();
     let schema = schema_of(conn, "SELECT * FROM __sluice_out", &rows)?;
-    Ok(Plan {
+    Ok(SyncPlan {
+        delivery: delivery(sync, run_id, schema, rows, deletes),
+        counts: RunCounts {
+            total,
+            inserted,
+            updated: changed_count - inserted,
+            deleted,
+            detect_ms: started.elapsed().as_millis() as u64,
+        },
+        is_new,
+        hashes: changed_hashes,
+    })
+}
+
+/// What the destination is handed: the rows, the deletes, and who sends them.
+fn delivery(
+    sync: &SyncSpec,
+    run_id: &str,
+    schema: SchemaRef,
+    rows: Vec<RecordBatch>,
+    deletes: Vec<RecordBatch>,
+) -> Delivery {
+    Delivery {
+        sync: sync.name.clone(),
+        run_id: run_id.to_string(),
+        mode: sync.mode,
+        keys: sync.keys.clone(),
         schema,
         rows,
-        is_new,
         deletes,
-        total,
-        inserted,
-        updated: changed_count - inserted,
-        deleted,
-        detect_ms: started.elapsed().as_millis() as u64,
-        keys: keys.to_vec(),
-        changed_hashes,
-    })
+        table: None,
+    }
 }
 
 /// `left.k = right.k AND …` over the key columns.
@@ -196,28 +184,29 @@ fn key_match(keys: &[String], left: &str, right: &str) -> String {
 }
 
 /// After a successful delivery: replace the hashes of the rows sent and forget the keys deleted.
-pub fn commit(conn: &Connection, sync: &str, plan: &Plan) -> Result<()> {
-    if plan.changed_hashes.is_empty() && plan.deletes.is_empty() {
+pub fn commit(conn: &Connection, sync: &str, plan: &SyncPlan) -> Result<()> {
+    if plan.hashes.is_empty() && plan.delivery.deletes.is_empty() {
         return Ok(());
     }
     let hashes = hash_table(sync);
     let stage_name = format!("hash_stage__{sync}");
     let stage = format!("{SCHEMA}.{}", quote(&stage_name));
-    let key_names: Vec<&str> = plan.keys.iter().map(String::as_str).collect();
-    let on = key_match(&plan.keys, "h", "s");
+    let keys = &plan.delivery.keys;
+    let key_names: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let on = key_match(keys, "h", "s");
     in_transaction(conn, |c| {
         c.execute_batch(&format!("CREATE OR REPLACE TABLE {stage} AS SELECT * FROM {hashes} LIMIT 0"))
             .map_err(db_error)?;
         {
             let mut appender = c.appender_to_db(&stage_name, SCHEMA).map_err(db_error)?;
-            for batch in &plan.changed_hashes {
+            for batch in &plan.hashes {
                 appender.append_record_batch(batch.clone()).map_err(db_error)?;
             }
             appender.flush().map_err(db_error)?;
         }
         {
             let mut appender = c.appender_with_columns_to_db(&stage_name, SCHEMA, &key_names).map_err(db_error)?;
-            for batch in &plan.deletes {
+            for batch in &plan.delivery.deletes {
                 appender.append_record_batch(batch.clone()).map_err(db_error)?;
             }
             appender.flush().map_err(db_error)?;

@@ -1,10 +1,12 @@
-//! The sync registry and run records, in the workspace next to the streams.
+//! The sync registry and run records, in the workspace next to the streams; and the workspace
+//! as a sync's `Planner` (its result and row hashes), which `sluice_core::sync_run::run` drives.
 
+use async_trait::async_trait;
 use duckdb::{Connection, params};
 use serde::{Deserialize, Serialize};
-use sluice_core::{Error, ErrorKind, Result};
+use sluice_core::{Error, ErrorKind, Planner, Result, SyncPlan, SyncSpec};
 
-use super::sync_plan::{self, Plan};
+use super::sync_plan;
 use super::{Workspace, db_error, in_transaction};
 
 pub(crate) const BOOTSTRAP: &str = r#"
@@ -189,22 +191,6 @@ impl Workspace {
         self.secrets.set(&format!("sync:{name}"), secrets)
     }
 
-    /// Compute what a run would send now.
-    pub async fn sync_plan(
-        &self,
-        sync: String,
-        sql: String,
-        mode: sluice_core::SyncMode,
-        keys: Vec<String>,
-    ) -> Result<Plan> {
-        self.with_connection(move |c| sync_plan::plan(c, &sync, &sql, mode, &keys)).await
-    }
-
-    /// Record a delivered plan's row hashes.
-    pub async fn sync_commit(&self, sync: String, plan: Plan) -> Result<()> {
-        self.with_connection(move |c| sync_plan::commit(c, &sync, &plan)).await
-    }
-
     /// Forget a sync's hashes, so its next keyed run resends everything.
     pub async fn sync_reset(&self, sync: String) -> Result<()> {
         self.with_connection(move |c| sync_plan::reset(c, &sync)).await
@@ -283,6 +269,21 @@ impl Workspace {
             .map_err(db_error)
         })
         .await
+    }
+}
+
+/// The workspace runs a sync's query and keeps its row hashes (`sync_plan`).
+#[async_trait]
+impl Planner for Workspace {
+    async fn plan(&self, sync: &SyncSpec, run_id: &str) -> Result<SyncPlan> {
+        let (sync, run_id) = (sync.clone(), run_id.to_string());
+        self.with_connection(move |c| sync_plan::plan(c, &sync, &run_id)).await
+    }
+
+    async fn commit(&self, sync: &SyncSpec, plan: &SyncPlan) -> Result<()> {
+        // Cheap: the batches are shared, not copied.
+        let (name, plan) = (sync.name.clone(), plan.clone());
+        self.with_connection(move |c| sync_plan::commit(c, &name, &plan)).await
     }
 }
 
