@@ -199,3 +199,89 @@ impl Destination for FilesStream {
         self.close_due(true).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+    use crate::files::FileFormat;
+
+    fn unit(ids: &[i64]) -> Vec<Delivery> {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(ids.to_vec()))]).unwrap();
+        vec![Delivery {
+            sync: "s".into(),
+            run_id: String::new(),
+            mode: SyncMode::Append,
+            keys: Vec::new(),
+            schema,
+            rows: vec![batch],
+            deletes: Vec::new(),
+            table: Some("t".into()),
+        }]
+    }
+
+    fn files(dir: &Path) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    let name = p.strip_prefix(dir).unwrap().display().to_string();
+                    out.push((name, std::fs::read_to_string(&p).unwrap()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_file_written_again_after_a_crash_replaces_itself() {
+        let root = std::env::temp_dir().join(format!("sluice-files-{}", rand::random::<u64>()));
+        let (out, spool, saved) = (root.join("out"), root.join("spool"), root.join("saved"));
+        let config = FilesConfig {
+            location: out.display().to_string(),
+            format: FileFormat::Jsonl,
+            compression: None,
+            name: None,
+            path: None,
+            rotate: None,
+            s3: None,
+            azure: None,
+            gcs: None,
+        };
+        let mut files_stream = FilesStream::open("s", &config, &spool).unwrap();
+        let stamp = |n: u32| Stamp { owner: "s".into(), checkpoint: format!("cp{n}") };
+        files_stream.write(&unit(&[1, 2]), Some(&stamp(1))).await.unwrap();
+        files_stream.write(&unit(&[3]), Some(&stamp(2))).await.unwrap();
+        // The spool as it was just before the file was put; then the put and the spool's update.
+        copy_dir(&spool, &saved);
+        files_stream.finish().await.unwrap();
+        let written = files(&out);
+        assert_eq!(written.len(), 1, "{written:?}");
+        assert_eq!(written[0].1.lines().count(), 3);
+        // A crash right after the put: the spool still names the file's rows.
+        drop(files_stream);
+        std::fs::remove_dir_all(&spool).unwrap();
+        copy_dir(&saved, &spool);
+        let mut again = FilesStream::open("s", &config, &spool).unwrap();
+        assert_eq!(again.stamp("s").await.unwrap().as_deref(), Some("cp2"), "resumes after the spooled units");
+        again.finish().await.unwrap();
+        assert_eq!(files(&out), written, "the same name, the same rows: no file twice");
+        std::fs::remove_dir_all(root).unwrap();
+    }
+}
