@@ -1,5 +1,5 @@
 //! The `pgoutput` check of crates/connectors/tests/fuzz/checks.rs under libFuzzer, on the
-//! connector's two parser files built alone (at the root, as `fuzz.rs` expects its siblings).
+//! connector's parser files built alone (at the root, as `fuzz.rs` expects its siblings).
 #![no_main]
 #![allow(dead_code)]
 
@@ -7,6 +7,8 @@
 mod fuzz;
 #[path = "../../crates/connectors/src/postgres/pgoutput.rs"]
 mod pgoutput;
+#[path = "../../crates/connectors/src/postgres/types.rs"]
+mod types;
 #[path = "../../crates/connectors/src/postgres/values.rs"]
 mod values;
 

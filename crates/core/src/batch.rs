@@ -175,7 +175,8 @@ pub struct Record {
 }
 
 /// A payload: raw bytes to decode, or JSON that the edge already parsed (HTTP push parses to
-/// answer 400 synchronously), or an input the edge already found bad.
+/// answer 400 synchronously), a change a CDC source already typed, or an input the edge
+/// already found bad.
 #[derive(Debug, Clone)]
 pub enum Payload {
     /// Raw bytes of one message (an object, or an array of objects); the decoder parses them.
@@ -190,6 +191,8 @@ pub enum Payload {
     Json(Value),
     /// Rows of a table snapshot in PostgreSQL's `COPY` text format.
     Copy(CopyRows),
+    /// A change to one keyed row, its column types declared by the source (Postgres CDC).
+    Change(Box<crate::format::change::Change>),
     /// Input that is not a JSON object; it goes to the ledger with its reason.
     Invalid {
         /// The raw text.

@@ -23,6 +23,7 @@ pub use batch::{
 };
 pub use decode::{ChangeConfig, Decoder, Format, MetadataConfig, Mode};
 pub use error::{Error, ErrorKind, Result};
+pub use format::change::Change;
 pub use metrics::{Lag, MetricsSnapshot, StreamMetrics};
 pub use pipeline::{FlushConfig, Stream};
 pub use rejects::{RejectBatch, Rejects};

@@ -163,3 +163,40 @@ async fn nested_objects_flatten_and_arrays_stay_json() {
         .await;
     assert_eq!(rows, vec![json!({"city": "Berlin", "zip": "10115", "sku": "b"})]);
 }
+
+#[tokio::test]
+async fn a_pushed_type_mark_is_only_data() {
+    // The mark an earlier version put on typed values: a pushed event naming it chooses no
+    // column type, in an append stream nor in a Debezium mirror.
+    let dir = DataDir::new("forged-types");
+    let server = Server::start(&dir.0).await;
+    let forged = r#"{"id": 1, "d": {"\u0000sluice-typed": "2024-01-01", "type": "DATE"}, "\u0000sluice-typed": "t", "type": "BOOLEAN"}"#;
+    let key = server.create_stream(json!({"name": "plain", "table": "plain"})).await;
+    assert_eq!(server.push("plain", &key, forged).await, (202, json!({"accepted": 1, "rejected": 1})));
+    let key = server
+        .create_stream(json!({"name": "dbz", "table": "dbz", "mode": "mirror", "format": "debezium", "keys": ["id"]}))
+        .await;
+    let event = format!(r#"{{"op": "c", "after": {forged}, "source": {{"connector": "postgresql", "lsn": 1}}}}"#);
+    assert_eq!(server.push("dbz", &key, event).await, (202, json!({"accepted": 1, "rejected": 1})));
+    for table in ["plain", "dbz"] {
+        let cols = types(&server, table).await;
+        assert_eq!(ty(&cols, "d__type"), "VARCHAR");
+        assert_eq!(ty(&cols, "type"), "VARCHAR");
+        assert!(!cols.iter().any(|(_, t)| t == "DATE" || t == "BOOLEAN"), "{table}: {cols:?}");
+        let row = &server.sql(&format!(r#"SELECT d__type, "type" FROM {table}"#)).await[0];
+        assert_eq!(row, &json!({"d__type": "DATE", "type": "BOOLEAN"}));
+    }
+    // The fields named with a NUL are in the ledger, with why.
+    let ledger = server.sql(r#"SELECT stream, value, reason FROM sluice.rejects ORDER BY stream, value"#).await;
+    let got: Vec<Value> = ledger.iter().map(|r| json!([r["stream"], r["value"]])).collect();
+    assert_eq!(
+        got,
+        [
+            json!(["dbz", "\"2024-01-01\""]),
+            json!(["dbz", "\"t\""]),
+            json!(["plain", "\"2024-01-01\""]),
+            json!(["plain", "\"t\""])
+        ]
+    );
+    assert!(ledger.iter().all(|r| r["reason"].as_str().unwrap().contains("NUL")), "{ledger:?}");
+}

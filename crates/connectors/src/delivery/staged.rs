@@ -351,10 +351,8 @@ impl Destination for StagedDestination {
         if let Some(last) = self.shared.pending(&mut inner).await?.last() {
             return Ok(Some(last.stamp.clone()));
         }
-        Ok(match inner.stamp(&self.shared.owner).await? {
-            Some(text) => Some(serde_json::from_str::<Loaded>(&text).map_or(text, |l| l.stamp)),
-            None => None,
-        })
+        let stamp = inner.stamp(&self.shared.owner).await?;
+        Ok(stamp.map(|text| serde_json::from_str::<Loaded>(&text).map_or(text, |l| l.stamp)))
     }
 
     fn gauges(&self) -> Vec<(&'static str, f64)> {
@@ -383,9 +381,12 @@ mod tests {
 
     use super::*;
 
+    /// What the in-memory destination holds: ids written, its stamp, writes.
+    type Held = (Vec<i64>, Option<String>, usize);
+
     /// A destination that keeps what it was written in memory, shared across openings.
     #[derive(Clone, Default)]
-    struct Memory(Arc<Mutex<(Vec<i64>, Option<String>, usize)>>);
+    struct Memory(Arc<Mutex<Held>>);
 
     #[async_trait]
     impl Destination for Memory {

@@ -12,12 +12,17 @@ use pgwire_replication::client::ReplicationClient;
 use pgwire_replication::config::ReplicationConfig;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use sluice_core::{Chunk, Error, ErrorKind, Payload, Position, Record, RecordMeta, Result, Source, StreamMetrics};
+use sluice_core::format::change::Route;
+use sluice_core::{
+    Change, ChangeOp, Chunk, ColumnType, Error, ErrorKind, Payload, Position, Record, RecordMeta, Result, Source,
+    StreamMetrics,
+};
 use tokio::sync::{mpsc, watch};
 
 use super::checks::tables;
 use super::config::{PostgresConfig, cause, sql_error};
 use super::pgoutput::Cell;
+use super::types::{TypeInfo, column_type};
 use super::values::value;
 
 /// Where a Postgres stream stands: copying (table by table, chunk by chunk), then streaming.
@@ -308,20 +313,39 @@ impl Cdc {
     }
 }
 
-/// A change as the decoder's Debezium envelope, keyed by the table's key columns.
+/// A change to one row of `relation`, typed: `image` is the new row (the old one for a delete),
+/// `before` the old row of an update when the stream sent one; then the commit LSN, the change's
+/// place in its transaction, the commit time and the transaction id.
 pub(super) fn change(
-    op: &str,
+    op: ChangeOp,
     relation: &RelationInfo,
-    before: Option<Map<String, Value>>,
-    after: Option<Map<String, Value>>,
-    source: Value,
+    db: &str,
+    (image, before): (Map<String, Value>, Option<Map<String, Value>>),
+    (lsn, tx_seq, commit_us, xid): (u64, u64, i64, u32),
 ) -> Record {
-    let image = after.as_ref().or(before.as_ref());
-    let key: Map<String, Value> =
-        relation.key.iter().filter_map(|k| image.and_then(|i| i.get(k)).map(|v| (k.clone(), plain_key(v)))).collect();
-    let event = json!({"op": op, "before": before, "after": after, "source": source});
+    let keys: Vec<String> = relation.key.iter().filter(|k| image.contains_key(k.as_str())).cloned().collect();
+    // The message key, for the `_key` metadata column: the key columns' values as JSON.
+    let key: Map<String, Value> = keys.iter().filter_map(|k| Some((k.clone(), image.get(k)?.clone()))).collect();
+    let source = json!({"connector": "postgresql", "db": db, "schema": relation.schema, "table": relation.name,
+                        "lsn": lsn, "txSeq": tx_seq, "ts_us": commit_us, "txId": xid});
+    let named = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    let change = Change {
+        op,
+        image,
+        before,
+        keys,
+        types: relation.types.clone(),
+        unconverted: Vec::new(),
+        change_us: Some(commit_us),
+        source: Some(source),
+        // The commit LSN, then the order within the transaction: both above the slot's start,
+        // where the copied rows sit.
+        source_order: Some(format!("{lsn:020}{tx_seq:010}")),
+        route: Route { db: named(db), schema: named(&relation.schema), table: named(&relation.name) },
+        unavailable: Vec::new(),
+    };
     Record {
-        payload: Payload::Json(event),
+        payload: Payload::Change(Box::new(change)),
         meta: RecordMeta {
             received_us: sluice_core::batch::now_us(),
             key: Some(Value::Object(key).to_string()),
@@ -331,15 +355,10 @@ pub(super) fn change(
     }
 }
 
-/// A key value without its type mark (keys are matched on the image's values).
-fn plain_key(v: &Value) -> Value {
-    v.get(sluice_core::format::logical::TYPED_MARK).cloned().unwrap_or_else(|| v.clone())
-}
-
 /// A value as the text Postgres would print for it (for key filters).
 pub(super) fn plain_text(v: &Value) -> String {
-    match plain_key(v) {
-        Value::String(s) => s,
+    match v {
+        Value::String(s) => s.clone(),
         other => other.to_string(),
     }
 }
@@ -348,14 +367,21 @@ pub(super) fn plain_text(v: &Value) -> String {
 pub(super) struct RelationInfo {
     pub schema: String,
     pub name: String,
-    pub columns: Vec<(String, super::values::TypeInfo, i32)>,
+    pub columns: Vec<(String, TypeInfo, i32)>,
+    /// Each column's type in Sluice (`types.rs`), for the snapshot's rows and the changes alike.
+    pub types: Arc<Vec<(String, ColumnType)>>,
     pub key: Vec<String>,
 }
 
 impl RelationInfo {
+    pub(super) fn new(schema: String, name: String, columns: Vec<(String, TypeInfo, i32)>, key: Vec<String>) -> Self {
+        let types = columns.iter().map(|(column, info, typmod)| (column.clone(), column_type(info, *typmod))).collect();
+        Self { schema, name, columns, types: Arc::new(types), key }
+    }
+
     pub(super) fn image(&self, cells: &[Cell]) -> Map<String, Value> {
         let mut out = Map::new();
-        for ((name, info, typmod), cell) in self.columns.iter().zip(cells) {
+        for (((name, info, _), (_, ty)), cell) in self.columns.iter().zip(self.types.iter()).zip(cells) {
             match cell {
                 Cell::Null => {
                     out.insert(name.clone(), Value::Null);
@@ -363,7 +389,7 @@ impl RelationInfo {
                 // Not sent: left out, so the row keeps its value.
                 Cell::Unchanged => {}
                 Cell::Text(t) => {
-                    out.insert(name.clone(), value(info, *typmod, t));
+                    out.insert(name.clone(), value(*ty, info, t));
                 }
             }
         }

@@ -5,7 +5,8 @@ mod cdc;
 mod checks;
 mod config;
 /// The pure parsers of the replication stream, for the property tests and the fuzz targets
-/// (`fuzz/`, which include `fuzz.rs`, `pgoutput.rs` and `values.rs` by path). Not an API.
+/// (`fuzz/`, which include `fuzz.rs`, `pgoutput.rs`, `types.rs` and `values.rs` by path). Not
+/// an API.
 #[doc(hidden)]
 pub mod fuzz;
 mod pgoutput;
@@ -13,6 +14,7 @@ mod snapshot;
 mod stream;
 mod target;
 mod tls;
+mod types;
 mod values;
 
 pub use cdc::{PostgresSource, release};

@@ -2,15 +2,13 @@
 //! when there is one. Progress (tables done, last key copied) is stored with each chunk, so a
 //! restart resumes the copy; the stream from the slot's start then brings the rows up to date.
 
-use std::sync::Arc;
-
 use futures_util::StreamExt;
 use sluice_core::decode::unescape_copy_field;
-use sluice_core::{ColumnType, CopyRows, Error, ErrorKind, Payload, Record, RecordMeta, Result};
+use sluice_core::{CopyRows, Error, ErrorKind, Payload, Record, RecordMeta, Result};
 
 use super::cdc::{Cdc, Progress, RelationInfo};
 use super::config::sql_error;
-use super::values::{TypeInfo, Types};
+use super::types::Types;
 
 fn quote_literal(v: &str) -> String {
     format!("'{}'", v.replace('\'', "''"))
@@ -52,7 +50,7 @@ pub(super) async fn relation(
     if key.is_empty() {
         key = columns.iter().map(|c| c.0.clone()).collect();
     }
-    Ok(RelationInfo { schema: schema.into(), name: table.into(), columns, key })
+    Ok(RelationInfo::new(schema.into(), table.into(), columns, key))
 }
 
 impl Cdc {
@@ -100,9 +98,8 @@ impl Cdc {
                 progress.copying.as_ref().filter(|(t, _)| t == table && !whole_row).map(|(_, k)| k.clone());
             let mut after_tid: Option<String> = None;
             tracing::info!(table = %table, after = ?after, "Copying.");
-            let spec = copy_columns(&relation);
-            let exprs: Vec<&str> = spec.iter().map(|c| c.2.as_str()).collect();
-            let columns = Arc::new(spec.iter().map(|c| (c.0.clone(), c.1)).collect::<Vec<_>>());
+            let exprs = copy_exprs(&relation);
+            let columns = relation.types.clone();
             let key_fields: Vec<usize> =
                 relation.key.iter().filter_map(|k| relation.columns.iter().position(|c| &c.0 == k)).collect();
             // Qualified, so that ordering uses the columns and not the select list's texts.
@@ -208,50 +205,17 @@ impl Cdc {
     }
 }
 
-/// Each column's name, the type it gets in the workspace (the same the streamed changes give
-/// it, see `values.rs`), and the expression that prints it for `COPY`.
-fn copy_columns(relation: &RelationInfo) -> Vec<(String, ColumnType, String)> {
+/// The expression that prints each column for `COPY`: arrays as JSON, so a list column reads
+/// them as a change's value; the column's type comes from `types.rs`, as a change's does.
+fn copy_exprs(relation: &RelationInfo) -> Vec<String> {
     relation
         .columns
         .iter()
-        .map(|(name, info, typmod)| {
+        .map(|(name, info, _)| {
             let column = format!("t.{}", quote_ident(name));
-            if info.category == 'A' {
-                let ty = super::values::array_item(info).map_or(ColumnType::Json, ColumnType::List);
-                return (name.clone(), ty, format!("to_json({column})"));
-            }
-            (name.clone(), column_type(info, *typmod), column)
+            if info.category == 'A' { format!("to_json({column})") } else { column }
         })
         .collect()
-}
-
-fn column_type(info: &TypeInfo, typmod: i32) -> ColumnType {
-    let typmod = if typmod >= 0 { typmod } else { info.typmod };
-    match info.name.as_str() {
-        "bool" => ColumnType::Boolean,
-        "int2" | "int4" | "int8" | "oid" => ColumnType::Bigint,
-        "float4" | "float8" => ColumnType::Double,
-        "numeric" if typmod >= 4 => {
-            let scale = (typmod - 4) & 0xffff;
-            let precision = ((typmod - 4) >> 16) & 0xffff;
-            // As `values.rs` types a streamed value: no DECIMAL for a scale above the precision
-            // or below zero.
-            if (1..=38).contains(&precision) && scale <= precision {
-                ColumnType::Decimal(precision as u8, scale as u8)
-            } else {
-                ColumnType::Varchar
-            }
-        }
-        "numeric" => ColumnType::Double,
-        "uuid" => ColumnType::Uuid,
-        "json" | "jsonb" => ColumnType::Json,
-        "date" => ColumnType::Date,
-        "timestamp" => ColumnType::Timestamp,
-        "timestamptz" => ColumnType::Timestamptz,
-        "time" => ColumnType::Time,
-        "bytea" => ColumnType::Blob,
-        _ => ColumnType::Varchar,
-    }
 }
 
 /// The key fields of a chunk's last row, unescaped, for the next keyset filter.
@@ -289,21 +253,4 @@ async fn estimate_rows(client: &tokio_postgres::Client, tables: &[String]) -> f6
         total += counted.map(|r| r.get::<_, f64>(0)).unwrap_or(0.0);
     }
     total
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn numeric_columns_without_a_decimal_type_are_text() {
-        let numeric = TypeInfo { name: "numeric".into(), category: 'N', element: None, typmod: -1 };
-        let typmod = |p: i32, s: i32| ((p << 16) | (s & 0x7ff)) + 4;
-        assert_eq!(column_type(&numeric, typmod(10, 2)), ColumnType::Decimal(10, 2));
-        assert_eq!(column_type(&numeric, typmod(38, 38)), ColumnType::Decimal(38, 38));
-        // PostgreSQL 15: numeric(3,5) holds 0.00123; numeric(5,-2) holds 12300.
-        assert_eq!(column_type(&numeric, typmod(3, 5)), ColumnType::Varchar);
-        assert_eq!(column_type(&numeric, typmod(5, -2)), ColumnType::Varchar);
-        assert_eq!(column_type(&numeric, -1), ColumnType::Double);
-    }
 }

@@ -1,20 +1,22 @@
 //! Streaming: pgoutput messages of whole transactions become one chunk each, positioned at the
-//! commit's end LSN. Relations (and their DDL) come from the stream; TOASTed values the update
-//! did not send are read back; a heartbeat keeps the slot moving on an idle database.
+//! commit's end LSN, each row change a typed [`sluice_core::Change`]. Relations (and their DDL)
+//! come from the stream; TOASTed values the update did not send are read back; a heartbeat keeps
+//! the slot moving on an idle database.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use pgwire_replication::client::ReplicationClient;
 use pgwire_replication::{Lsn, ReplicationEvent};
-use serde_json::{Map, Value, json};
-use sluice_core::{Error, ErrorKind, Record, Result};
+use serde_json::{Map, Value};
+use sluice_core::{ChangeOp, ColumnType, Error, ErrorKind, Record, Result};
 use tokio::sync::watch;
 
 use super::cdc::{Cdc, Progress, RelationInfo, change};
 use super::config::sql_error;
 use super::pgoutput::{self, Cell, Message, Relation};
-use super::values::{Types, value};
+use super::types::{TypeInfo, Types};
+use super::values::value;
 
 /// Microseconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
 const PG_EPOCH_US: i64 = 946_684_800_000_000;
@@ -98,7 +100,7 @@ impl Cdc {
         types: &mut Types,
         relations: &mut HashMap<u32, RelationInfo>,
         message: Message,
-        (lsn, tx_seq, commit_us, xid): (u64, u64, i64, u32),
+        at: (u64, u64, i64, u32),
     ) -> Result<Option<Record>> {
         let id = match &message {
             Message::Relation(r) => {
@@ -114,10 +116,9 @@ impl Cdc {
         let rel = relations.get(&id).ok_or_else(|| {
             Error::new(ErrorKind::Fatal, format!("a change for relation {id} before its description"))
         })?;
-        let source = json!({"connector": "postgresql", "db": self.config.database, "schema": rel.schema,
-                            "table": rel.name, "lsn": lsn, "txSeq": tx_seq, "ts_us": commit_us, "txId": xid});
+        let db = &self.config.database;
         Ok(Some(match message {
-            Message::Insert { new, .. } => change("c", rel, None, Some(rel.image(&new)), source),
+            Message::Insert { new, .. } => change(ChangeOp::Insert, rel, db, (rel.image(&new), None), at),
             Message::Update { old, new, .. } => {
                 let mut after = rel.image(&new);
                 let before = old.map(|o| rel.image(&o));
@@ -137,9 +138,9 @@ impl Cdc {
                 if new.contains(&Cell::Unchanged) {
                     self.unchanged(client, rel, &new, &mut after).await?;
                 }
-                change("u", rel, before, Some(after), source)
+                change(ChangeOp::Update, rel, db, (after, before), at)
             }
-            Message::Delete { old, .. } => change("d", rel, Some(rel.image(&old)), None, source),
+            Message::Delete { old, .. } => change(ChangeOp::Delete, rel, db, (rel.image(&old), None), at),
             _ => return Ok(None),
         }))
     }
@@ -166,7 +167,7 @@ impl Cdc {
         } else {
             columns.iter().map(|c| c.0.clone()).collect()
         };
-        Ok(RelationInfo { schema: r.schema.clone(), name: r.name.clone(), columns, key })
+        Ok(RelationInfo::new(r.schema.clone(), r.name.clone(), columns, key))
     }
 
     /// Values an update did not send (unchanged TOAST), read from the source by key, so the
@@ -178,9 +179,16 @@ impl Cdc {
         new: &[Cell],
         after: &mut Map<String, Value>,
     ) -> Result<()> {
-        let missing: Vec<&(String, super::values::TypeInfo, i32)> =
-            rel.columns.iter().zip(new).filter(|(_, c)| **c == Cell::Unchanged).map(|(col, _)| col).collect();
-        let select: Vec<String> = missing.iter().map(|c| format!("\"{}\"::text", c.0.replace('"', "\"\""))).collect();
+        let missing: Vec<(&(String, TypeInfo, i32), ColumnType)> = rel
+            .columns
+            .iter()
+            .zip(rel.types.iter())
+            .zip(new)
+            .filter(|(_, c)| **c == Cell::Unchanged)
+            .map(|((col, (_, ty)), _)| (col, *ty))
+            .collect();
+        let select: Vec<String> =
+            missing.iter().map(|(c, _)| format!("\"{}\"::text", c.0.replace('"', "\"\""))).collect();
         let mut filters = Vec::new();
         for k in &rel.key {
             let v = after.get(k).map(super::cdc::plain_text).unwrap_or_default();
@@ -194,9 +202,9 @@ impl Cdc {
             filters.join(" AND ")
         );
         if let Some(row) = client.query_opt(&sql, &[]).await.map_err(|e| sql_error("reading unchanged values", &e))? {
-            for (i, (name, info, typmod)) in missing.into_iter().enumerate() {
+            for (i, ((name, info, _), ty)) in missing.into_iter().enumerate() {
                 let text: Option<String> = row.get(i);
-                after.insert(name.clone(), text.map_or(Value::Null, |t| value(info, *typmod, &t)));
+                after.insert(name.clone(), text.map_or(Value::Null, |t| value(ty, info, &t)));
             }
         }
         Ok(())

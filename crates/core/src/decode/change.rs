@@ -1,12 +1,12 @@
-//! Mirror mode: events as changes to keyed rows. A plain JSON event is the latest version of
-//! its key; a Debezium event says insert, update, delete or snapshot read.
+//! Mirror mode's configuration: events as changes to keyed rows. A plain JSON event is the
+//! latest version of its key; a Debezium event says insert, update, delete or snapshot read.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::batch::{ChangeOp, Payload, RecordMeta};
+use crate::batch::Payload;
 use crate::error::{Error, Result};
-use crate::format::debezium;
+use crate::format::change::Route;
 
 /// How a stream writes its tables.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,86 +68,6 @@ impl ChangeConfig {
             return Err(Error::config("keys", "key column names must not be empty"));
         }
         Ok(())
-    }
-}
-
-/// Where a change comes from, for destination templates.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Route {
-    /// `[db]`.
-    pub db: Option<String>,
-    /// `[schema]`.
-    pub schema: Option<String>,
-    /// `[table]` (or a MongoDB collection).
-    pub table: Option<String>,
-}
-
-/// One change to one keyed row.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Change {
-    /// What happened.
-    pub op: ChangeOp,
-    /// The row image: `after`, or for a delete `before` (or just the key).
-    pub image: Map<String, Value>,
-    /// For an update: the image before it, when the source sent one. If the key changed, the
-    /// old key's row is deleted.
-    pub before: Option<Map<String, Value>>,
-    /// Key columns the event itself names (a Debezium key).
-    pub keys: Vec<String>,
-    /// When it happened at the source, microseconds since the epoch.
-    pub change_us: Option<i64>,
-    /// The source position (Debezium's `source` block).
-    pub source: Option<Value>,
-    /// The source position as text that sorts in source order, when the connector has one.
-    pub source_order: Option<String>,
-    /// Source database, schema and table.
-    pub route: Route,
-    /// Columns the source did not send: the placeholder for an unchanged value.
-    pub unavailable: Vec<String>,
-}
-
-/// What the transport says about an event's message key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKey<'a> {
-    /// Nothing: a bare pushed value, whose key is unknown.
-    Unknown,
-    /// The message has no key (a Kafka message without one, a pushed pair with `"key": null`):
-    /// for Debezium, a row of a table without a primary key, identified by its whole image.
-    Absent,
-    /// The message key, as text.
-    Given(&'a str),
-}
-
-impl<'a> EventKey<'a> {
-    /// The key a record's metadata carries.
-    pub fn of(meta: &'a RecordMeta) -> Self {
-        match (&meta.key, meta.no_key) {
-            (Some(key), _) => Self::Given(key),
-            (None, true) => Self::Absent,
-            (None, false) => Self::Unknown,
-        }
-    }
-}
-
-/// The change an event carries, `Ok(None)` for events that change nothing (tombstones,
-/// heartbeats), or the reason it cannot be used.
-pub fn extract(format: Format, event: Value, key: EventKey<'_>) -> std::result::Result<Option<Change>, String> {
-    match format {
-        Format::Debezium => debezium::change(event, key),
-        Format::Json => match event {
-            Value::Object(image) => Ok(Some(Change {
-                op: ChangeOp::Upsert,
-                image,
-                before: None,
-                keys: Vec::new(),
-                change_us: None,
-                source: None,
-                source_order: None,
-                route: Route::default(),
-                unavailable: Vec::new(),
-            })),
-            _ => Err("expected a JSON object".into()),
-        },
     }
 }
 

@@ -8,10 +8,11 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::change::{Route, render};
+use super::change::render;
 use super::{Ctx, Decoded, Decoder, TableBuilder};
 use crate::batch::{ChangeOp, CopyRows, MirrorWrite, RecordMeta, SnapshotWrite};
 use crate::error::Result;
+use crate::format::change::Route;
 use crate::schema::{Fit, fit_text};
 
 impl Decoder {

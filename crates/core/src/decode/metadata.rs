@@ -3,8 +3,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::{Ctx, TableBuilder};
 use crate::batch::RecordMeta;
-use crate::schema::Fit;
+use crate::rejects::Rejects;
+use crate::schema::{ColumnType, Fit};
 
 /// Optional metadata columns, per stream.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -36,8 +38,58 @@ pub struct MetadataConfig {
     pub arrival_time: bool,
 }
 
+impl TableBuilder {
+    /// The metadata columns the stream asks for, for one event.
+    pub(super) fn push_metadata(&mut self, ctx: &Ctx, m: &MetadataConfig, rejects: &mut Rejects) {
+        let meta = ctx.meta;
+        if m.received_at {
+            self.put_typed(ctx, "_received_at", ColumnType::Timestamptz, Fit::Micros(meta.received_us), rejects);
+        }
+        if m.position {
+            self.put_typed(ctx, "_position", ColumnType::Bigint, Fit::Int(ctx.seq), rejects);
+        }
+        if m.key {
+            let v = meta.key.as_deref().map_or(Fit::Null, |k| Fit::Text(k.into()));
+            self.put_typed(ctx, "_key", ColumnType::Varchar, v, rejects);
+        }
+        if m.topic {
+            let v = meta.topic.as_deref().map_or(Fit::Null, |t| Fit::Text(t.into()));
+            self.put_typed(ctx, "_topic", ColumnType::Varchar, v, rejects);
+        }
+        if m.partition {
+            let v = meta.partition.map_or(Fit::Null, Fit::Int);
+            self.put_typed(ctx, "_partition", ColumnType::Bigint, v, rejects);
+        }
+        if m.offset {
+            let v = meta.offset.map_or(Fit::Null, Fit::Int);
+            self.put_typed(ctx, "_offset", ColumnType::Bigint, v, rejects);
+        }
+        if m.event_time {
+            let v = meta.event_time_us.map_or(Fit::Null, Fit::Micros);
+            self.put_typed(ctx, "_event_time", ColumnType::Timestamptz, v, rejects);
+        }
+        if m.headers {
+            let v = meta.headers.as_ref().map_or(Fit::Null, |h| Fit::Text(h.to_string().into()));
+            self.put_typed(ctx, "_headers", ColumnType::Json, v, rejects);
+        }
+        if m.shard_id {
+            self.put_typed(ctx, "_shard_id", ColumnType::Varchar, text(meta.shard.as_deref()), rejects);
+        }
+        if m.sequence_number {
+            self.put_typed(ctx, "_sequence_number", ColumnType::Varchar, text(meta.sequence.as_deref()), rejects);
+        }
+        if m.partition_key {
+            self.put_typed(ctx, "_partition_key", ColumnType::Varchar, text(meta.key.as_deref()), rejects);
+        }
+        if m.arrival_time {
+            let v = meta.event_time_us.map_or(Fit::Null, Fit::Micros);
+            self.put_typed(ctx, "_arrival_time", ColumnType::Timestamptz, v, rejects);
+        }
+    }
+}
+
 /// A text value, or NULL.
-pub(super) fn text(v: Option<&str>) -> Fit<'_> {
+fn text(v: Option<&str>) -> Fit<'_> {
     v.map_or(Fit::Null, |t| Fit::Text(t.into()))
 }
 

@@ -1,15 +1,18 @@
 //! Mirror mode in the decoder: each event becomes a keyed change row, with its op, order,
-//! change time and source position beside the row image.
+//! change time and source position beside the row image. A change comes typed from its source
+//! (Postgres CDC), or is read from a Debezium event or a plain JSON one.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::change::{Change, EventKey, Format, extract, render};
-use super::{Ctx, Decoded, Decoder, MetadataConfig, TableBuilder};
+use super::change::{Format, render};
+use super::{Ctx, Decoded, Decoder, MAX_COLUMNS, MetadataConfig, TableBuilder};
 use crate::batch::{ChangeOp, MirrorWrite, Payload, RecordMeta};
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::logical::{REASON, TYPED_MARK};
+use crate::format::change::{Change, EventKey, Unconverted};
+use crate::format::debezium;
 use crate::rejects::Rejects;
 use crate::schema::{ColumnType, Fit, fit};
 
@@ -26,8 +29,30 @@ impl Decoder {
     ) -> Result<()> {
         let fallback = self.table_for(meta);
         let reject = |raw: String, reason: String| Ctx { table: &fallback, meta, seq }.reject(None, None, raw, reason);
-        let event = match payload {
-            Payload::Json(v) => v,
+        // A Debezium event is kept as sent, and turned into text only for a ledger row.
+        let (change, event) = match payload {
+            Payload::Change(change) => (*change, None),
+            Payload::Json(Value::Object(image)) if self.changes.format == Format::Json => (Change::upsert(image), None),
+            Payload::Json(event) if self.changes.format == Format::Json => {
+                out.rejects.push(reject(event.to_string(), "expected a JSON object".into()));
+                return Ok(());
+            }
+            Payload::Json(event) => {
+                // Keys the stream configures win over the event's: a keyless message is then not
+                // a whole-row identity.
+                let key = match EventKey::of(meta) {
+                    EventKey::Absent if !self.changes.keys.is_empty() => EventKey::Unknown,
+                    key => key,
+                };
+                match debezium::change(&event, key) {
+                    Ok(Some(change)) => (change, Some(event)),
+                    Ok(None) => return Ok(()),
+                    Err(reason) => {
+                        out.rejects.push(reject(event.to_string(), reason));
+                        return Ok(());
+                    }
+                }
+            }
             // A Kafka tombstone (no value, or JSON null) follows a Debezium delete: nothing to do.
             Payload::Invalid { raw, .. } if self.changes.format == Format::Debezium && is_tombstone(&raw) => {
                 return Ok(());
@@ -38,22 +63,6 @@ impl Decoder {
             }
             Payload::Bytes(_) | Payload::Body(_) | Payload::Events(_) | Payload::Copy(_) => {
                 return Err(Error::new(ErrorKind::Fatal, "nested raw payload"));
-            }
-        };
-        let raw = || serde_json::to_string(&event).unwrap_or_default();
-        let raw_text = if self.changes.format == Format::Debezium { Some(raw()) } else { None };
-        // Keys the stream configures win over the event's: a keyless message is then not a
-        // whole-row identity.
-        let key = match EventKey::of(meta) {
-            EventKey::Absent if !self.changes.keys.is_empty() => EventKey::Unknown,
-            key => key,
-        };
-        let change = match extract(self.changes.format, event, key) {
-            Ok(Some(c)) => c,
-            Ok(None) => return Ok(()),
-            Err(reason) => {
-                out.rejects.push(reject(raw_text.unwrap_or_default(), reason));
-                return Ok(());
             }
         };
         let keys = if self.changes.keys.is_empty() { &change.keys } else { &self.changes.keys };
@@ -75,7 +84,7 @@ impl Decoder {
         let table = match (problem, render(&self.table, meta.route.as_deref(), &change.route)) {
             (None, Ok(table)) => table,
             (Some(reason), _) | (None, Err(reason)) => {
-                let raw = raw_text.unwrap_or_else(|| Value::Object(change.image.clone()).to_string());
+                let raw = event.unwrap_or_else(|| change.to_json()).to_string();
                 out.rejects.push(reject(raw, reason));
                 return Ok(());
             }
@@ -104,14 +113,16 @@ impl Decoder {
         // Snapshot rows earlier in this batch become `snapshot` changes of the merge.
         builder.pad_mirror();
         let ctx = Ctx { table: &table, meta, seq };
-        let Change { op, image, before, change_us, source, source_order, unavailable, .. } = change;
+        let Change { op, image, before, types, unconverted, change_us, source, source_order, unavailable, .. } = change;
         let moved_from = before.filter(|b| keys.iter().any(|k| b.get(k.as_str()) != image.get(k.as_str())));
         let source = (source.map(|s| s.to_string()), source_order);
+        let declared = |in_before| Declared { types: &types, unconverted: &unconverted, in_before };
         if let Some(old) = moved_from {
             // The key changed: the old key's row goes, as part of this one change.
-            builder.push_change(&ctx, &self.metadata, &old, (ChangeOp::Delete, false, change_us, &source), out);
+            let info = (ChangeOp::Delete, false, change_us, &source);
+            builder.push_change(&ctx, &self.metadata, &old, declared(true), info, out);
         }
-        builder.push_change(&ctx, &self.metadata, &image, (op, true, change_us, &source), out);
+        builder.push_change(&ctx, &self.metadata, &image, declared(false), (op, true, change_us, &source), out);
         if let Some(m) = builder.mirror.as_mut() {
             *m.unavailable.last_mut().expect("pushed above") = unavailable;
         }
@@ -134,10 +145,11 @@ impl TableBuilder {
         ctx: &Ctx,
         metadata: &MetadataConfig,
         image: &Map<String, Value>,
+        declared: Declared<'_>,
         (op, recorded, change_us, source): ChangeInfo<'_>,
         out: &mut Decoded,
     ) {
-        self.push_event(ctx, metadata, image, &mut out.rejects);
+        self.push_event(ctx, metadata, image, declared, &mut out.rejects);
         if let Some(m) = self.mirror.as_mut() {
             m.ops.push(op);
             m.orders.push(ctx.seq);
@@ -149,32 +161,92 @@ impl TableBuilder {
         }
     }
 
-    /// A value the Debezium decoder marked with its column type (JSON, DECIMAL, TIME, …).
-    pub(super) fn put_marked(&mut self, ctx: &Ctx, path: &str, inner: &Map<String, Value>, rejects: &mut Rejects) {
-        let (Some(v), Some(ty)) =
-            (inner.get(TYPED_MARK), inner.get("type").and_then(Value::as_str).and_then(ColumnType::from_sql))
-        else {
-            return;
+    /// A value whose column type the change declares: a new column gets that type, and the
+    /// value is fitted to the column's type.
+    fn put_declared(&mut self, ctx: &Ctx, name: &str, ty: ColumnType, value: &Value, rejects: &mut Rejects) {
+        let i = match self.schema.find(name) {
+            Some(i) => i,
+            // A column appears with its first value, as any field's does.
+            None if value.is_null() => return,
+            None if self.schema.columns().len() >= MAX_COLUMNS => {
+                let reason = format!("the table already has the maximum of {MAX_COLUMNS} columns");
+                rejects.push(ctx.reject(Some(name), None, value.to_string(), reason));
+                return;
+            }
+            None => self.column(name, ty),
         };
-        let i = self.column(path, ty);
-        if let Some(reason) = inner.get(REASON).and_then(Value::as_str) {
-            // The decoder could not convert it: NULL here, the original value in the ledger.
-            self.store(ctx, i, Fit::Null, None, rejects);
-            let column = &self.schema.columns()[i];
-            rejects.push(ctx.reject(Some(&column.name), Some(column.ty), v.to_string(), reason.to_string()));
-            return;
+        let column = self.schema.columns()[i].ty;
+        match (ty, value) {
+            // A JSON document's text: stored as it is.
+            (ColumnType::Json, Value::String(text)) if column == ColumnType::Json => {
+                self.store(ctx, i, Fit::Text(Cow::Borrowed(text)), Some(value), rejects);
+            }
+            // A JSON document in a column of another type (the source column's type changed).
+            (ColumnType::Json, Value::String(text)) => {
+                let document = serde_json::from_str(text).unwrap_or_else(|_| value.clone());
+                self.store(ctx, i, fit(column, &document), Some(&document), rejects);
+            }
+            _ => self.store(ctx, i, fit(column, value), Some(value), rejects),
         }
-        // A typed value is there because the source had one: a JSON `null` in a json/jsonb
-        // column is the JSON value null, not a missing value, as in a snapshot's rows.
-        let f = match (self.schema.columns()[i].ty, v) {
-            (ColumnType::Json, Value::Null) => Fit::Text("null".into()),
-            (column, v) => fit(column, v),
-        };
-        self.store(ctx, i, f, Some(v), rejects);
+    }
+
+    /// A value the format could not convert to its declared type: NULL in its column, and the
+    /// value as sent in the ledger with the reason.
+    fn put_unconverted(
+        &mut self,
+        ctx: &Ctx,
+        name: &str,
+        ty: ColumnType,
+        value: &Value,
+        reason: &str,
+        rejects: &mut Rejects,
+    ) {
+        let i = self.column(name, ty);
+        self.store(ctx, i, Fit::Null, None, rejects);
+        let column = &self.schema.columns()[i];
+        rejects.push(ctx.reject(Some(&column.name), Some(column.ty), value.to_string(), reason.to_string()));
+    }
+
+    /// A top-level column of a change's image, with the type the change declares for it.
+    pub(super) fn put_change_value(
+        &mut self,
+        ctx: &Ctx,
+        name: &str,
+        (ty, reason): (ColumnType, Option<&str>),
+        value: &Value,
+        rejects: &mut Rejects,
+    ) {
+        match reason {
+            Some(reason) => self.put_unconverted(ctx, name, ty, value, reason, rejects),
+            None => self.put_declared(ctx, name, ty, value, rejects),
+        }
     }
 }
 
-/// Whether an object is a typed value from [`crate::format::logical`].
-pub(super) fn is_marked(inner: &Map<String, Value>) -> bool {
-    inner.contains_key(TYPED_MARK) && (inner.len() == 2 || (inner.len() == 3 && inner.contains_key(REASON)))
+/// What a change declares about the top-level columns of one of its images. Empty for a plain
+/// JSON event, whose column types are inferred.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Declared<'a> {
+    types: &'a [(String, ColumnType)],
+    unconverted: &'a [Unconverted],
+    /// The image is the change's `before`.
+    in_before: bool,
+}
+
+impl<'a> Declared<'a> {
+    /// What the change declares about its main image.
+    pub(super) fn of(change: &'a Change) -> Self {
+        Self { types: &change.types, unconverted: &change.unconverted, in_before: false }
+    }
+
+    /// The declared type of column `name`, and why its value could not be converted, if it
+    /// could not. Images list their columns in the order of `types`, so the search starts
+    /// after the column found last (`next`).
+    pub(super) fn of_column(&self, name: &str, next: &mut usize) -> Option<(ColumnType, Option<&'a str>)> {
+        let n = self.types.len();
+        let i = (0..n).map(|step| (*next + step) % n).find(|&i| self.types[i].0 == name)?;
+        *next = i + 1;
+        let reason = self.unconverted.iter().find(|u| u.in_before == self.in_before && u.column == name);
+        Some((self.types[i].1, reason.map(|u| u.reason.as_str())))
+    }
 }

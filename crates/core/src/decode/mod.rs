@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 pub use change::{ChangeConfig, Format, Mode};
 pub use copy::unescape as unescape_copy_field;
 pub use metadata::MetadataConfig;
-use metadata::{source_coordinates, text};
+use metadata::source_coordinates;
 pub use names::MAX_NAME_BYTES;
 use names::{bad_name, truncated};
 
@@ -29,6 +29,7 @@ use crate::format::json::{Event, body_events, message_events};
 use crate::rejects::Rejects;
 use crate::schema::{Column, ColumnType, Fit, SchemaChange, TableSchema, fit, kind_of};
 use column::ColumnBuilder;
+use mirror::Declared;
 
 /// Object nesting flattened into columns; deeper objects are kept as JSON.
 pub const MAX_DEPTH: usize = 4;
@@ -132,7 +133,12 @@ impl Decoder {
                 let builder = self.builder(&table, &mut builders, &mut order);
                 match payload {
                     Payload::Json(Value::Object(map)) => {
-                        builder.push_event(&ctx, &self.metadata, &map, &mut out.rejects);
+                        builder.push_event(&ctx, &self.metadata, &map, Declared::default(), &mut out.rejects);
+                    }
+                    // In append mode a change is its row image.
+                    Payload::Change(change) => {
+                        let declared = Declared::of(&change);
+                        builder.push_event(&ctx, &self.metadata, &change.image, declared, &mut out.rejects);
                     }
                     Payload::Invalid { raw, reason } => {
                         out.rejects.push(ctx.reject(None, None, raw, reason));
@@ -224,10 +230,17 @@ impl TableBuilder {
         }
     }
 
-    fn push_event(&mut self, ctx: &Ctx, metadata: &MetadataConfig, map: &Map<String, Value>, rejects: &mut Rejects) {
+    fn push_event(
+        &mut self,
+        ctx: &Ctx,
+        metadata: &MetadataConfig,
+        map: &Map<String, Value>,
+        declared: Declared<'_>,
+        rejects: &mut Rejects,
+    ) {
         self.push_metadata(ctx, metadata, rejects);
         self.path.clear();
-        self.walk(ctx, map, 0, rejects);
+        self.walk(ctx, map, 0, declared, rejects);
         // Still no column at all: this event had nothing to store (and no metadata is on).
         if self.schema.columns().is_empty() {
             self.empty_rows.push((ctx.seq, ctx.meta.clone()));
@@ -235,54 +248,16 @@ impl TableBuilder {
         self.rows += 1;
     }
 
-    fn push_metadata(&mut self, ctx: &Ctx, m: &MetadataConfig, rejects: &mut Rejects) {
-        let meta = ctx.meta;
-        if m.received_at {
-            self.put_typed(ctx, "_received_at", ColumnType::Timestamptz, Fit::Micros(meta.received_us), rejects);
-        }
-        if m.position {
-            self.put_typed(ctx, "_position", ColumnType::Bigint, Fit::Int(ctx.seq), rejects);
-        }
-        if m.key {
-            let v = meta.key.as_deref().map_or(Fit::Null, |k| Fit::Text(k.into()));
-            self.put_typed(ctx, "_key", ColumnType::Varchar, v, rejects);
-        }
-        if m.topic {
-            let v = meta.topic.as_deref().map_or(Fit::Null, |t| Fit::Text(t.into()));
-            self.put_typed(ctx, "_topic", ColumnType::Varchar, v, rejects);
-        }
-        if m.partition {
-            let v = meta.partition.map_or(Fit::Null, Fit::Int);
-            self.put_typed(ctx, "_partition", ColumnType::Bigint, v, rejects);
-        }
-        if m.offset {
-            let v = meta.offset.map_or(Fit::Null, Fit::Int);
-            self.put_typed(ctx, "_offset", ColumnType::Bigint, v, rejects);
-        }
-        if m.event_time {
-            let v = meta.event_time_us.map_or(Fit::Null, Fit::Micros);
-            self.put_typed(ctx, "_event_time", ColumnType::Timestamptz, v, rejects);
-        }
-        if m.headers {
-            let v = meta.headers.as_ref().map_or(Fit::Null, |h| Fit::Text(h.to_string().into()));
-            self.put_typed(ctx, "_headers", ColumnType::Json, v, rejects);
-        }
-        if m.shard_id {
-            self.put_typed(ctx, "_shard_id", ColumnType::Varchar, text(meta.shard.as_deref()), rejects);
-        }
-        if m.sequence_number {
-            self.put_typed(ctx, "_sequence_number", ColumnType::Varchar, text(meta.sequence.as_deref()), rejects);
-        }
-        if m.partition_key {
-            self.put_typed(ctx, "_partition_key", ColumnType::Varchar, text(meta.key.as_deref()), rejects);
-        }
-        if m.arrival_time {
-            let v = meta.event_time_us.map_or(Fit::Null, Fit::Micros);
-            self.put_typed(ctx, "_arrival_time", ColumnType::Timestamptz, v, rejects);
-        }
-    }
-
-    fn walk(&mut self, ctx: &Ctx, map: &Map<String, Value>, depth: usize, rejects: &mut Rejects) {
+    /// Store an object's fields, flattened; `declared` types the top-level columns of a change.
+    fn walk(
+        &mut self,
+        ctx: &Ctx,
+        map: &Map<String, Value>,
+        depth: usize,
+        declared: Declared<'_>,
+        rejects: &mut Rejects,
+    ) {
+        let mut next = 0;
         for (key, value) in map {
             let mark = self.path.len();
             if depth > 0 {
@@ -295,14 +270,15 @@ impl TableBuilder {
                 self.path.truncate(mark);
                 continue;
             }
-            match value {
-                Value::Object(inner) if mirror::is_marked(inner) => {
+            let typed = if depth == 0 { declared.of_column(key, &mut next) } else { None };
+            match (typed, value) {
+                (Some(typed), _) if !self.path.is_empty() => {
                     let path = std::mem::take(&mut self.path);
-                    self.put_marked(ctx, &path, inner, rejects);
+                    self.put_change_value(ctx, &path, typed, value, rejects);
                     self.path = path;
                 }
-                Value::Object(inner) if depth + 1 < MAX_DEPTH && !inner.is_empty() => {
-                    self.walk(ctx, inner, depth + 1, rejects);
+                (_, Value::Object(inner)) if depth + 1 < MAX_DEPTH && !inner.is_empty() => {
+                    self.walk(ctx, inner, depth + 1, Declared::default(), rejects);
                 }
                 _ if self.path.is_empty() => {
                     rejects.push(ctx.reject(

@@ -7,19 +7,23 @@
 //! Oracle LOB not logged) is left out of the image and named in [`Change::unavailable`]: the
 //! mirror keeps the value it has.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
+use super::change::{Change, EventKey, Route, Unconverted};
+use super::logical::Typed;
 use crate::batch::ChangeOp;
-use crate::decode::change::{Change, EventKey, Route};
 
 /// The change in `event`; `Ok(None)` for a tombstone or an event that changes no row. An
-/// absent key (a table without a primary key) makes the whole image the row's identity.
-pub fn change(event: Value, key: EventKey<'_>) -> Result<Option<Change>, String> {
+/// absent key (a table without a primary key) makes the whole image the row's identity. The
+/// event is only read, so a ledger row can still keep it as it was sent.
+pub fn change(event: &Value, key: EventKey<'_>) -> Result<Option<Change>, String> {
     let (payload, schema) = unwrap(event);
-    let mut payload = match payload {
+    let payload = match payload {
         Value::Null => return Ok(None),
         Value::Object(p) => p,
-        other => return Err(format!("a Debezium event is a JSON object, not {}", kind(&other))),
+        other => return Err(format!("a Debezium event is a JSON object, not {}", kind(other))),
     };
     let op = match payload.get("op").and_then(Value::as_str) {
         Some("c") => ChangeOp::Insert,
@@ -32,7 +36,7 @@ pub fn change(event: Value, key: EventKey<'_>) -> Result<Option<Change>, String>
         Some(other) => return Err(format!("unknown Debezium op '{other}'")),
         None => return Err("not a Debezium change event: no \"op\" field".into()),
     };
-    let source = payload.remove("source").filter(|s| s.is_object());
+    let source = payload.get("source").filter(|s| s.is_object()).cloned();
     let connector = source.as_ref().and_then(|s| s.get("connector")).and_then(Value::as_str);
     let mongo = connector == Some("mongodb");
     let binlog = matches!(connector, Some("mysql" | "mariadb"));
@@ -41,19 +45,16 @@ pub fn change(event: Value, key: EventKey<'_>) -> Result<Option<Change>, String>
     let route = source.as_ref().map(route).unwrap_or_default();
     let source_order = source.as_ref().and_then(source_order);
     if op == ChangeOp::Truncate {
-        let (image, before, keys, unavailable) = (Map::new(), None, Vec::new(), Vec::new());
-        return Ok(Some(Change { op, image, before, keys, change_us, source, source_order, route, unavailable }));
+        return Ok(Some(Change { op, change_us, source, source_order, route, ..Change::upsert(Map::new()) }));
     }
-    let before = image(payload.remove("before"), schema.as_ref(), "before", binlog)?.map(|i| i.row);
-    let (mut after, mut unavailable) = match image(payload.remove("after"), schema.as_ref(), "after", binlog)? {
-        Some(i) => (Some(i.row), i.held),
-        None => (None, Vec::new()),
-    };
+    let before = image(payload.get("before"), schema, "before", binlog)?;
+    let mut after = image(payload.get("after"), schema, "after", binlog)?;
+    let mut unavailable = after.as_mut().map(|a| std::mem::take(&mut a.held)).unwrap_or_default();
     // An unchanged value the old image carries (REPLICA IDENTITY FULL inlines it) is that value.
     if let (Some(after), Some(before)) = (after.as_mut(), before.as_ref()) {
-        unavailable.retain(|name| match before.get(name) {
+        unavailable.retain(|name| match before.row.get(name) {
             Some(v) => {
-                after.insert(name.clone(), v.clone());
+                after.row.insert(name.clone(), v.clone());
                 false
             }
             None => true,
@@ -69,7 +70,7 @@ pub fn change(event: Value, key: EventKey<'_>) -> Result<Option<Change>, String>
     let keyed = keyed.unwrap_or_default();
     let (image, before) = match op {
         ChangeOp::Delete => {
-            let image = before.or_else(|| (!keyed.is_empty()).then(|| keyed.clone()));
+            let image = before.or_else(|| (!keyed.is_empty()).then(|| Image::plain(keyed.clone())));
             let Some(image) = image else {
                 if whole_row {
                     return Err(format!("a delete with no `before` image, of a table without a key{FULL}"));
@@ -90,8 +91,36 @@ pub fn change(event: Value, key: EventKey<'_>) -> Result<Option<Change>, String>
             (after, before)
         }
     };
-    let keys: Vec<String> = if whole_row { image.keys().cloned().collect() } else { keyed.keys().cloned().collect() };
-    Ok(Some(Change { op, image, before, keys, change_us, source, source_order, route, unavailable }))
+    let keys: Vec<String> =
+        if whole_row { image.row.keys().cloned().collect() } else { keyed.keys().cloned().collect() };
+    let mut types = image.typed.types;
+    let unconverted = |typed: Vec<(String, String)>, in_before: bool| {
+        typed.into_iter().map(move |(column, reason)| Unconverted { column, reason, in_before })
+    };
+    let mut failed: Vec<Unconverted> = unconverted(image.typed.unconverted, false).collect();
+    let before = before.map(|b| {
+        // Both images have one schema: a column null in one still has its type from the other.
+        for (name, ty) in b.typed.types {
+            if !types.iter().any(|(n, _)| *n == name) {
+                types.push((name, ty));
+            }
+        }
+        failed.extend(unconverted(b.typed.unconverted, true));
+        b.row
+    });
+    Ok(Some(Change {
+        op,
+        image: image.row,
+        before,
+        keys,
+        types: Arc::new(types),
+        unconverted: failed,
+        change_us,
+        source,
+        source_order,
+        route,
+        unavailable,
+    }))
 }
 
 /// What a keyless table needs for its updates and deletes to find their rows.
@@ -99,14 +128,19 @@ const FULL: &str = " (no message key): its rows are found by their old image, so
                     Postgres table (binlog_row_image=FULL on MySQL and MariaDB)";
 
 /// The payload and schema of a wrapped event, or the event itself.
-fn unwrap(event: Value) -> (Value, Option<Value>) {
+fn unwrap(event: &Value) -> (&Value, Option<&Value>) {
     match event {
-        Value::Object(mut m) if m.contains_key("payload") && m.contains_key("schema") && m.len() == 2 => {
-            let schema = m.remove("schema");
-            (m.remove("payload").unwrap_or(Value::Null), schema)
-        }
+        Value::Object(m) if wrapped(m) => match (m.get("payload"), m.get("schema")) {
+            (Some(payload), schema) => (payload, schema),
+            (None, _) => (event, None),
+        },
         other => (other, None),
     }
+}
+
+/// Whether an object is the `schema`/`payload` wrapper of Kafka Connect's JSON converter.
+fn wrapped(m: &Map<String, Value>) -> bool {
+    m.len() == 2 && m.contains_key("payload") && m.contains_key("schema")
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -153,33 +187,42 @@ fn unavailable(image: &mut Map<String, Value>) -> Vec<String> {
     names
 }
 
-/// A row image and the columns that held the placeholder.
+/// A row image, the columns that held the placeholder, and what its logical types declared.
 struct Image {
     row: Map<String, Value>,
     held: Vec<String>,
+    typed: Typed,
+}
+
+impl Image {
+    /// An image with no placeholder and no logical type (a key standing in for a row).
+    fn plain(row: Map<String, Value>) -> Self {
+        Self { row, held: Vec::new(), typed: Typed::default() }
+    }
 }
 
 /// A row image: an object, or MongoDB's extended-JSON string; with a schema, logical types
 /// become their values. Placeholder columns are taken out and named beside it.
-fn image(v: Option<Value>, schema: Option<&Value>, field: &str, binlog: bool) -> Result<Option<Image>, String> {
-    let mut image = match v {
+fn image(v: Option<&Value>, schema: Option<&Value>, field: &str, binlog: bool) -> Result<Option<Image>, String> {
+    let mut row = match v {
         None | Some(Value::Null) => return Ok(None),
-        Some(Value::Object(m)) => m,
-        Some(Value::String(s)) => match serde_json::from_str::<Value>(&s) {
+        Some(Value::Object(m)) => m.clone(),
+        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
             Ok(Value::Object(m)) => m,
             _ => return Err(format!("`{field}` is a string that is not a JSON document")),
         },
-        Some(other) => return Err(format!("`{field}` must be an object, not {}", kind(&other))),
+        Some(other) => return Err(format!("`{field}` must be an object, not {}", kind(other))),
     };
     // The placeholder is not a value of the column's type: it goes before any conversion.
-    let held = unavailable(&mut image);
-    for value in image.values_mut() {
+    let held = unavailable(&mut row);
+    for value in row.values_mut() {
         super::extended_json::simplify(value);
     }
-    if let Some(fields) = schema.and_then(|s| super::logical::fields_of(s, field)) {
-        super::logical::apply(&mut image, fields, binlog)?;
-    }
-    Ok(Some(Image { row: image, held }))
+    let typed = match schema.and_then(|s| super::logical::fields_of(s, field)) {
+        Some(fields) => super::logical::apply(&mut row, fields, binlog)?,
+        None => Typed::default(),
+    };
+    Ok(Some(Image { row, held, typed }))
 }
 
 /// The key's fields: the message key (JSON, maybe wrapped); `None` for a JSON null key (a
@@ -187,7 +230,10 @@ fn image(v: Option<Value>, schema: Option<&Value>, field: &str, binlog: bool) ->
 /// extended JSON.
 fn key_fields(key: &str, mongo: bool) -> Result<Option<Map<String, Value>>, String> {
     let parsed: Value = serde_json::from_str(key).map_err(|_| format!("the message key is not JSON: {key}"))?;
-    let (payload, _) = unwrap(parsed);
+    let payload = match parsed {
+        Value::Object(mut m) if wrapped(&m) => m.remove("payload").unwrap_or(Value::Null),
+        other => other,
+    };
     let mut fields = match payload {
         Value::Object(fields) => fields,
         Value::Null => return Ok(None),

@@ -13,6 +13,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::schema::ColumnType;
+
 /// The field list of `field` (`before` or `after`) in an envelope schema.
 pub fn fields_of<'a>(schema: &'a Value, field: &str) -> Option<&'a Vec<Value>> {
     let envelope = schema.get("fields")?.as_array()?;
@@ -20,9 +22,21 @@ pub fn fields_of<'a>(schema: &'a Value, field: &str) -> Option<&'a Vec<Value>> {
     image.get("fields")?.as_array()
 }
 
+/// What converting an image's logical types found.
+#[derive(Debug, Default, PartialEq)]
+pub struct Typed {
+    /// Each converted column's type (and that of each value that could not be converted).
+    pub types: Vec<(String, ColumnType)>,
+    /// Columns whose value could not be converted, and why: the value stays as sent.
+    pub unconverted: Vec<(String, String)>,
+}
+
 /// Convert every field of `image` whose schema names a logical type; `binlog` when the event
-/// comes from a MySQL or MariaDB connector.
-pub fn apply(image: &mut Map<String, Value>, fields: &[Value], binlog: bool) -> Result<(), String> {
+/// comes from a MySQL or MariaDB connector. A value that cannot be converted stays as it is,
+/// named in [`Typed::unconverted`], when its logical type has a column type; otherwise the
+/// event cannot be used.
+pub fn apply(image: &mut Map<String, Value>, fields: &[Value], binlog: bool) -> Result<Typed, String> {
+    let mut typed = Typed::default();
     for f in fields {
         let (Some(name), Some(logical)) =
             (f.get("field").and_then(Value::as_str), f.get("name").and_then(Value::as_str))
@@ -34,39 +48,49 @@ pub fn apply(image: &mut Map<String, Value>, fields: &[Value], binlog: bool) -> 
             continue;
         }
         match convert(logical, value, f.get("parameters"), binlog) {
-            Ok(Some(v)) => *value = v,
+            Ok(Some((v, ty))) => {
+                *value = v;
+                if let Some(ty) = ty {
+                    typed.types.push((name.to_string(), ty));
+                }
+            }
             Ok(None) => {}
             Err(why) => match fallback_type(logical, f.get("parameters"), binlog) {
                 // NULL in its column plus a ledger row; the rest of the change still applies.
                 Some(ty) => {
-                    let reason = format!("{logical}: {why}");
-                    *value = serde_json::json!({ TYPED_MARK: value.take(), "type": ty, REASON: reason });
+                    typed.types.push((name.to_string(), ty));
+                    typed.unconverted.push((name.to_string(), format!("{logical}: {why}")));
                 }
                 None => return Err(format!("field `{name}` ({logical}): {why}")),
             },
         }
     }
-    Ok(())
+    Ok(typed)
 }
 
 /// The column type of a logical type whose value could not be converted, where it has one.
-fn fallback_type(logical: &str, parameters: Option<&Value>, binlog: bool) -> Option<String> {
+fn fallback_type(logical: &str, parameters: Option<&Value>, binlog: bool) -> Option<ColumnType> {
     Some(match logical {
         "org.apache.kafka.connect.data.Decimal" => {
-            format!("DECIMAL(38,{})", scale_of(parameters).filter(|s| *s <= 38)?)
+            ColumnType::Decimal(38, scale_of(parameters).filter(|s| *s <= 38)? as u8)
         }
-        "io.debezium.data.VariableScaleDecimal" => "VARCHAR".into(),
-        "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => "DATE".into(),
+        "io.debezium.data.VariableScaleDecimal" => ColumnType::Varchar,
+        "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => ColumnType::Date,
         "io.debezium.time.Timestamp"
         | "org.apache.kafka.connect.data.Timestamp"
         | "io.debezium.time.MicroTimestamp"
-        | "io.debezium.time.NanoTimestamp" => "TIMESTAMP".into(),
+        | "io.debezium.time.NanoTimestamp" => ColumnType::Timestamp,
         "io.debezium.time.Time"
         | "org.apache.kafka.connect.data.Time"
         | "io.debezium.time.MicroTime"
-        | "io.debezium.time.NanoTime" => (if binlog { "INTERVAL" } else { "TIME" }).into(),
+        | "io.debezium.time.NanoTime" => time_type(binlog),
         _ => return None,
     })
+}
+
+/// A MySQL/MariaDB `TIME` is a duration; elsewhere a time is a time of day.
+fn time_type(binlog: bool) -> ColumnType {
+    if binlog { ColumnType::Interval } else { ColumnType::Time }
 }
 
 fn scale_of(parameters: Option<&Value>) -> Option<u32> {
@@ -76,11 +100,19 @@ fn scale_of(parameters: Option<&Value>) -> Option<u32> {
         .and_then(|s| s.parse::<u32>().ok())
 }
 
-fn convert(logical: &str, value: &Value, parameters: Option<&Value>, binlog: bool) -> Result<Option<Value>, String> {
+/// A converted value, and the column type it declares (none: the type is inferred from it).
+type Converted = (Value, Option<ColumnType>);
+
+fn convert(
+    logical: &str,
+    value: &Value,
+    parameters: Option<&Value>,
+    binlog: bool,
+) -> Result<Option<Converted>, String> {
     let int = || value.as_i64().ok_or("expected an integer");
-    // A MySQL/MariaDB TIME is a duration; elsewhere a time is a time of day.
-    let time = |us: i64| -> Result<Value, String> {
-        if binlog { Ok(typed(duration(us), "INTERVAL")) } else { Ok(typed(time_of_day(us)?, "TIME")) }
+    let time = |us: i64| -> Result<Converted, String> {
+        let text = if binlog { duration(us) } else { time_of_day(us)? };
+        Ok((text, Some(time_type(binlog))))
     };
     Ok(Some(match logical {
         "org.apache.kafka.connect.data.Decimal" => {
@@ -90,10 +122,8 @@ fn convert(logical: &str, value: &Value, parameters: Option<&Value>, binlog: boo
         "io.debezium.data.VariableScaleDecimal" => {
             let scale = value.get("scale").and_then(Value::as_u64).ok_or("no scale")?;
             let scale = u32::try_from(scale).map_err(|_| "scale out of range")?;
-            typed(
-                Value::String(exact_decimal(value.get("value").and_then(Value::as_str).ok_or("no value")?, scale)?),
-                "VARCHAR",
-            )
+            let text = exact_decimal(value.get("value").and_then(Value::as_str).ok_or("no value")?, scale)?;
+            (Value::String(text), Some(ColumnType::Varchar))
         }
         "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => {
             let day = i32::try_from(int()?)
@@ -101,41 +131,34 @@ fn convert(logical: &str, value: &Value, parameters: Option<&Value>, binlog: boo
                 .and_then(|d| d.checked_add(719_163))
                 .and_then(chrono::NaiveDate::from_num_days_from_ce_opt)
                 .ok_or("date out of range")?;
-            Value::String(day.format("%Y-%m-%d").to_string())
+            (Value::String(day.format("%Y-%m-%d").to_string()), None)
         }
         "io.debezium.time.Timestamp" | "org.apache.kafka.connect.data.Timestamp" => {
-            typed(naive(int()?.checked_mul(1000).ok_or("time out of range")?)?, "TIMESTAMP")
+            (naive(int()?.checked_mul(1000).ok_or("time out of range")?)?, Some(ColumnType::Timestamp))
         }
-        "io.debezium.time.MicroTimestamp" => typed(naive(int()?)?, "TIMESTAMP"),
-        "io.debezium.time.NanoTimestamp" => typed(naive(int()? / 1000)?, "TIMESTAMP"),
-        "io.debezium.time.ZonedTimestamp" => typed(value.clone(), "TIMESTAMPTZ"),
+        "io.debezium.time.MicroTimestamp" => (naive(int()?)?, Some(ColumnType::Timestamp)),
+        "io.debezium.time.NanoTimestamp" => (naive(int()? / 1000)?, Some(ColumnType::Timestamp)),
+        "io.debezium.time.ZonedTimestamp" => (value.clone(), Some(ColumnType::Timestamptz)),
         "io.debezium.time.Time" | "org.apache.kafka.connect.data.Time" => {
             time(int()?.checked_mul(1000).ok_or("time out of range")?)?
         }
         "io.debezium.time.MicroTime" => time(int()?)?,
         "io.debezium.time.NanoTime" => time(int()? / 1000)?,
-        "io.debezium.data.Uuid" => typed(value.clone(), "UUID"),
+        "io.debezium.data.Uuid" => (value.clone(), Some(ColumnType::Uuid)),
         "io.debezium.data.Json" => match value.as_str() {
-            // Kept as one JSON value (see `JSON_MARK`), not flattened into columns.
-            Some(text) => typed(serde_json::from_str(text).map_err(|_| "not JSON text")?, "JSON"),
+            // One JSON value, not flattened into columns: its text, compact as any JSON column's.
+            Some(text) => {
+                let document: Value = serde_json::from_str(text).map_err(|_| "not JSON text")?;
+                (Value::String(document.to_string()), Some(ColumnType::Json))
+            }
             None => return Ok(None),
         },
         _ => return Ok(None),
     }))
 }
 
-/// Wraps a value with the column type it must land in; the decoder unwraps it.
-pub const TYPED_MARK: &str = "\u{0}sluice-typed";
-/// Beside [`TYPED_MARK`]: the value could not be converted, for this reason; the column gets
-/// NULL and the ledger a row.
-pub const REASON: &str = "reason";
-
-fn typed(value: Value, ty: &str) -> Value {
-    serde_json::json!({ TYPED_MARK: value, "type": ty })
-}
-
 /// An unscaled big-endian two's-complement integer (base64) with `scale`, as decimal text.
-fn decimal(b64: &str, scale: u32) -> Result<Value, String> {
+fn decimal(b64: &str, scale: u32) -> Result<Converted, String> {
     use base64::Engine;
     let bytes = base64::engine::general_purpose::STANDARD.decode(b64).map_err(|_| "bad base64")?;
     if scale > 38 {
@@ -148,7 +171,7 @@ fn decimal(b64: &str, scale: u32) -> Result<Value, String> {
     buf[16 - bytes.len()..].copy_from_slice(&bytes);
     let unscaled = i128::from_be_bytes(buf);
     let text = scaled(unscaled < 0, unscaled.unsigned_abs().to_string(), scale as usize);
-    Ok(typed(Value::String(text), &format!("DECIMAL(38,{scale})")))
+    Ok((Value::String(text), Some(ColumnType::Decimal(38, scale as u8))))
 }
 
 /// Epoch microseconds as a zoneless date-time text.

@@ -1,5 +1,6 @@
-//! Payload formats: bytes in, JSON events out. Transport-free.
+//! Payload formats: bytes in, JSON events or typed changes out. Transport-free.
 
+pub mod change;
 pub mod debezium;
 pub mod extended_json;
 pub mod json;

@@ -94,7 +94,8 @@ pub fn typed_text() -> impl Strategy<Value = String> {
     ]
 }
 
-/// Names: plain, flattened-looking, letter-case twins, empty, NUL, very long, the type mark.
+/// Names: plain, flattened-looking, letter-case twins, empty, NUL, very long, and the mark an
+/// earlier version put on typed values (only a name now).
 pub fn name() -> impl Strategy<Value = String> {
     prop_oneof![
         8 => select(vec!["id", "ID", "a", "A", "b", "a__b", "_position", "_key", "op", "after", "payload", "schema"])

@@ -143,9 +143,6 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            // The mark Sluice's own CDC source puts on typed values: from a client it would let
-            // an event choose a column's type, so it is renamed (and, holding a NUL, ledgered).
-            let key = if key == crate::format::logical::TYPED_MARK { format!("{key} (sent by a client)") } else { key };
             let mark = self.path.len();
             if mark > 0 {
                 self.path.push_str(crate::decode::SEPARATOR);
