@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use sluice_connectors::kinesis::KinesisStart;
-use sluice_connectors::workspace::{ReplayRequest, Workspace};
+use sluice_connectors::workspace::{LedgerEvent, ReplayRequest, Workspace};
 use sluice_connectors::{SourceConfig, StreamConfig};
 use sluice_core::batch::now_us;
 use sluice_core::{Checkpoint, Error, ErrorKind, Format, Mode, Payload, Record, RecordMeta, Result, Sink, WriteUnit};
@@ -27,7 +27,8 @@ pub async fn replay(supervisor: &Supervisor, name: &str, request: ReplayRequest)
                     "replay: this stream delivers to a destination, which replay does not reach yet",
                 ));
             }
-            let tables = workspace.tables_matching(&config.table).await?;
+            let state = workspace.state();
+            let tables = state.tables_matching(&config.table).await?;
             let mirror = config.mode == Mode::Mirror;
             match request {
                 ReplayRequest::Offsets { offsets } => {
@@ -44,7 +45,7 @@ pub async fn replay(supervisor: &Supervisor, name: &str, request: ReplayRequest)
                     // win over it (the larger of the two is read from), and nothing is lost.
                     sluice_connectors::kafka::rewind_group(kafka, &config.name, &partitions).await?;
                     let positioned = mirror && config.format == Format::Debezium;
-                    let deleted = workspace.replay_offsets(&config.name, tables, (mirror, positioned), offsets).await?;
+                    let deleted = state.replay_offsets(&config.name, tables, (mirror, positioned), offsets).await?;
                     Ok((config, json!({ "from": "offsets", "rows_deleted": deleted })))
                 }
                 ReplayRequest::Timestamp { timestamp } => {
@@ -54,12 +55,11 @@ pub async fn replay(supervisor: &Supervisor, name: &str, request: ReplayRequest)
                     };
                     // With its position cleared, the stream starts where its config says.
                     kinesis.start = KinesisStart::AtTimestamp(timestamp.clone());
-                    let deleted = workspace.replay_since(&config.name, tables, mirror, timestamp).await?;
+                    let deleted = state.replay_since(&config.name, tables, mirror, timestamp).await?;
                     Ok((config, json!({ "from": "timestamp", "rows_deleted": deleted })))
                 }
                 ReplayRequest::Ledger { since, until, reason_contains } => {
-                    let events =
-                        workspace.ledger_events(&config.name, since, until, reason_contains, LEDGER_BATCH).await?;
+                    let events = state.ledger_events(&config.name, since, until, reason_contains, LEDGER_BATCH).await?;
                     let answer = decode_again(&workspace, &config, events).await?;
                     Ok((config, answer))
                 }
@@ -74,15 +74,11 @@ fn wrong_source(from: &str, needs: &str) -> Error {
 
 /// Decode the ledger's events again and write them, marking their ledger rows replayed, in one
 /// transaction. The position stays; the stream's sequence moves on.
-async fn decode_again(
-    workspace: &Workspace,
-    config: &StreamConfig,
-    events: Vec<sluice_connectors::workspace::LedgerEvent>,
-) -> Result<Value> {
+async fn decode_again(workspace: &Workspace, config: &StreamConfig, events: Vec<LedgerEvent>) -> Result<Value> {
     if events.is_empty() {
         return Ok(json!({ "from": "ledger", "events": 0, "rows": 0, "rejected_again": 0 }));
     }
-    let (checkpoint, mut decoder) = reload(workspace, None, config).await?;
+    let (checkpoint, mut decoder) = reload(workspace.state(), None, config).await?;
     let received_us = now_us();
     let replayed: Vec<i64> = events.iter().map(|e| e.position).collect();
     let records = events
@@ -107,6 +103,6 @@ async fn decode_again(
         replayed,
         checkpoint: Checkpoint { position: checkpoint.position, sequence: decoded.last_sequence, totals },
     };
-    workspace.write(Arc::new(unit)).await?;
+    workspace.sink().write(Arc::new(unit)).await?;
     Ok(json!({ "from": "ledger", "events": events, "rows": rows, "rejected_again": rejected_again }))
 }

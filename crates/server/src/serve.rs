@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{self, AppState, SqlLimits};
 use crate::config::FileConfig;
 use crate::keys;
-use crate::supervisor::Supervisor;
+use crate::supervisor::{SaveError, Supervisor};
 use crate::syncs::Syncs;
 
 /// Limits on user SQL (`/api/sql`) and on push bodies held at once. DuckDB's memory limit, the whole workspace's (DuckDB has no
@@ -45,7 +45,7 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>,
     keys::init(workspace.push_key_pepper().map_err(|e| e.to_string())?);
     let supervisor = Supervisor::new(workspace.clone());
     supervisor.start_stored().await.map_err(|e| e.to_string())?;
-    let syncs = Syncs::new(workspace.clone());
+    let syncs = Syncs::new(workspace.registry().clone(), workspace.planner().clone());
     syncs.load_stored().await.map_err(|e| e.to_string())?;
     if let Some(mut declared) = declared {
         for sync in std::mem::take(&mut declared.syncs) {
@@ -68,7 +68,8 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>,
         shutdown: shutdown.clone(),
     };
     let push_budget = api::PushBudget::new(limits.push_memory_mb << 20);
-    let app = api::router(AppState { supervisor: supervisor.clone(), syncs: syncs.clone(), push_budget, sql });
+    let query = workspace.sql().clone();
+    let app = api::router(AppState { supervisor: supervisor.clone(), syncs: syncs.clone(), push_budget, sql, query });
     // On a signal, running queries are interrupted (their requests answer 503) so that the
     // graceful shutdown, which waits for requests in flight, ends promptly.
     let signal = async move {
@@ -84,28 +85,30 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>,
 }
 
 /// Create or update the streams of a config file. A new stream without a `push_key` gets a
-/// generated one, printed once.
+/// generated one, printed once it is saved.
 async fn apply_declared(supervisor: &Supervisor, declared: FileConfig) -> Result<(), String> {
     let _changing = supervisor.lock_changes().await;
     for mut config in declared.streams {
-        if let Some(owner) = supervisor.table_owner(&config).await {
-            return Err(format!(
-                "streams.{}.table: '{}' is already written by stream '{owner}'",
-                config.name, config.table
-            ));
-        }
+        let name = config.name.clone();
         let given = config.push_key.take();
-        let existing = supervisor.get(&config.name).await;
-        let key_hash = match (&given, &existing) {
-            (Some(key), _) => keys::hash(key.expose()),
-            (None, Some(running)) => running.key_hash.clone(),
+        let existing = supervisor.get(&name).await;
+        let (key_hash, generated) = match (&given, &existing) {
+            (Some(key), _) => (keys::hash(key.expose()), None),
+            (None, Some(running)) => (running.key_hash.clone(), None),
             (None, None) => {
                 let key = keys::generate();
-                println!("  stream '{}' push key (shown once): {key}", config.name);
-                keys::hash(&key)
+                (keys::hash(&key), Some(key))
             }
         };
-        supervisor.save_and_start(config, key_hash).await.map_err(|e| e.to_string())?;
+        supervisor.save_and_start(config, key_hash).await.map_err(|e| match e {
+            SaveError::TableTaken { table, owner } => {
+                format!("streams.{name}.table: '{table}' is already written by stream '{owner}'")
+            }
+            SaveError::Failed(e) => e.to_string(),
+        })?;
+        if let Some(key) = generated {
+            println!("  stream '{name}' push key (shown once): {key}");
+        }
     }
     Ok(())
 }

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_connectors::DeliverySink;
-use sluice_connectors::workspace::{StoredStream, Workspace};
+use sluice_connectors::workspace::{StoredStream, Workspace, WorkspaceSink, WorkspaceState};
 use sluice_connectors::{SourceContext, SourceHandle, StreamConfig, build_source};
 use sluice_core::pipeline::{self, Stream};
-use sluice_core::{Decoder, Error, ErrorKind, Result, StateStore, StreamMetrics};
+use sluice_core::{Decoder, Error, ErrorKind, Result, StreamMetrics};
 use tokio::sync::RwLock;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -51,6 +51,35 @@ pub struct Supervisor {
     changes: Arc<tokio::sync::Mutex<()>>,
 }
 
+/// Why [`Supervisor::save_and_start`] did not save a stream.
+#[derive(Debug)]
+pub enum SaveError {
+    /// Another stream already writes the table in the same place: a table has one writer.
+    TableTaken {
+        /// The table.
+        table: String,
+        /// The stream that writes it.
+        owner: String,
+    },
+    /// The config could not start, or could not be stored.
+    Failed(Error),
+}
+
+impl From<Error> for SaveError {
+    fn from(e: Error) -> Self {
+        Self::Failed(e)
+    }
+}
+
+impl std::fmt::Display for SaveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::TableTaken { table, owner } => write!(f, "table '{table}' is already written by stream '{owner}'"),
+            Self::Failed(e) => e.fmt(f),
+        }
+    }
+}
+
 /// What a name stands for right now.
 pub enum Lookup {
     /// A running stream.
@@ -90,7 +119,7 @@ impl Supervisor {
 
     /// Start every stored stream.
     pub async fn start_stored(&self) -> Result<()> {
-        for stored in self.workspace.streams().await? {
+        for stored in self.workspace.registry().streams().await? {
             let mut config: StreamConfig = serde_json::from_value(stored.config).map_err(|e| {
                 Error::new(ErrorKind::Config, format!("stored stream '{}' is unreadable", stored.name)).with_source(e)
             })?;
@@ -117,7 +146,7 @@ impl Supervisor {
 
     /// Another stream that already writes `config`'s table in the same place (the workspace,
     /// or the same destination), if any.
-    pub async fn table_owner(&self, config: &StreamConfig) -> Option<String> {
+    async fn table_owner(&self, config: &StreamConfig) -> Option<String> {
         let streams = self.streams.read().await;
         streams
             .values()
@@ -129,14 +158,19 @@ impl Supervisor {
             .map(|s| s.config.name.clone())
     }
 
-    /// (Re)start a stream and store it. If the new config cannot start, the old one (if any)
-    /// runs again and nothing is stored.
-    pub async fn save_and_start(&self, config: StreamConfig, key_hash: String) -> Result<()> {
+    /// (Re)start a stream and store it, the one way a new or changed config comes in (the API
+    /// and the config file). A table has one writer: a config whose table another stream
+    /// writes is refused. If the new config cannot start, the old one (if any) runs again and
+    /// nothing is stored. Call it holding [`Self::lock_changes`].
+    pub async fn save_and_start(&self, config: StreamConfig, key_hash: String) -> Result<(), SaveError> {
+        if let Some(owner) = self.table_owner(&config).await {
+            return Err(SaveError::TableTaken { table: config.table.clone(), owner });
+        }
         let name = config.name.clone();
         self.restarting.write().await.insert(name.clone());
         let result = self.restart(config, key_hash).await;
         self.restarting.write().await.remove(&name);
-        result
+        Ok(result?)
     }
 
     /// Stop the old run of a stream (if any) and start the new config, or the old one again.
@@ -152,7 +186,7 @@ impl Supervisor {
             return Err(e);
         }
         let record = StoredStream { name: config.name.clone(), config: stored, key_hash, secrets: config.secrets() };
-        if let Err(e) = self.workspace.save_stream(record).await {
+        if let Err(e) = self.workspace.registry().save_stream(record).await {
             self.stop(&config.name).await;
             return Err(e);
         }
@@ -171,7 +205,7 @@ impl Supervisor {
             tracing::warn!(stream = name, error = %e, "The destination keeps the stream's position; a new stream of this name would resume from it.");
         }
         let table = drop_table.then(|| stream.config.table.clone());
-        self.workspace.delete_stream(name, table).await?;
+        self.workspace.registry().delete_stream(name, table).await?;
         Ok(true)
     }
 
@@ -199,7 +233,7 @@ impl Supervisor {
             self.start(stream.config.clone(), stream.key_hash.clone()).await?;
             return Err(e);
         }
-        self.workspace.reset_position(name).await?;
+        self.workspace.state().reset_position(name).await?;
         self.start(stream.config.clone(), stream.key_hash.clone()).await?;
         Ok(true)
     }
@@ -259,7 +293,7 @@ impl Supervisor {
         // A stream with a destination starts from the workspace's copy of its checkpoint and,
         // once the destination answers, moves to the one the destination holds (`supervise`):
         // a destination that is down must not keep the server from starting.
-        let (checkpoint, decoder) = reload(&self.workspace, None, &config).await?;
+        let (checkpoint, decoder) = reload(self.workspace.state(), None, &config).await?;
         let metrics = Arc::new(StreamMetrics::new(&checkpoint.totals));
         let ctx = SourceContext { stream: &config.name, position: &checkpoint.position, metrics: metrics.clone() };
         let (source, handle) = build_source(&config.source, ctx)?;
@@ -284,14 +318,14 @@ impl Supervisor {
                 tracing::warn!(stream = %config.name, error = %e, "The destination's position is not known yet.");
             }
             let window = push.keys.window().as_secs();
-            push.keys.load(self.workspace.push_keys(&config.name, window, push.keys.limit()).await?);
+            push.keys.load(self.workspace.state().push_keys(&config.name, window, push.keys.limit()).await?);
         }
         let cancel = CancellationToken::new();
         let task = tokio::spawn(supervise(
             config.clone(),
             source,
             decoder,
-            (self.workspace.clone(), delivery),
+            (self.workspace.sink().clone(), self.workspace.state().clone(), delivery),
             checkpoint,
             metrics.clone(),
             cancel.clone(),
@@ -318,7 +352,7 @@ async fn supervise(
     config: StreamConfig,
     mut source: Box<dyn sluice_core::Source>,
     mut decoder: Decoder,
-    (workspace, delivery): (Workspace, Option<Arc<DeliverySink>>),
+    (sink, state, delivery): (WorkspaceSink, WorkspaceState, Option<Arc<DeliverySink>>),
     mut checkpoint: sluice_core::Checkpoint,
     metrics: Arc<StreamMetrics>,
     cancel: CancellationToken,
@@ -327,7 +361,7 @@ async fn supervise(
     let mut backoff = FIRST_BACKOFF;
     if let Some(delivery) = delivery.as_deref() {
         loop {
-            let resumed = match reload(&workspace, Some(delivery), &config).await {
+            let resumed = match reload(&state, Some(delivery), &config).await {
                 Ok((cp, d)) => source.rewind(&cp.position).await.map(|()| (cp, d)),
                 Err(e) => Err(e),
             };
@@ -356,7 +390,7 @@ async fn supervise(
             decoder: &mut decoder,
             sink: match &delivery {
                 Some(d) => d.clone(),
-                None => Arc::new(workspace.clone()),
+                None => Arc::new(sink.clone()),
             },
             flush: &config.flush,
             metrics: metrics.clone(),
@@ -383,7 +417,7 @@ async fn supervise(
                     return;
                 }
                 // Resume from what is durable, with the table as it is now.
-                match reload(&workspace, delivery.as_deref(), &config).await {
+                match reload(&state, delivery.as_deref(), &config).await {
                     Ok((cp, d)) => {
                         if let Err(e) = source.rewind(&cp.position).await {
                             tracing::error!(stream = %config.name, error = %e, "Rewind failed.");
@@ -439,7 +473,7 @@ async fn pause(cancel: &CancellationToken, backoff: &mut Duration) -> bool {
 /// with a destination resumes from the position the destination holds; its tables are not in
 /// the workspace, and the destination adds the columns it lacks itself.
 pub(crate) async fn reload(
-    workspace: &Workspace,
+    state: &WorkspaceState,
     delivery: Option<&DeliverySink>,
     config: &StreamConfig,
 ) -> Result<(sluice_core::Checkpoint, Decoder)> {
@@ -449,13 +483,7 @@ pub(crate) async fn reload(
         let decoder = Decoder::new(config.table.clone(), config.metadata.clone(), HashMap::new()).with_changes(changes);
         return Ok((checkpoint, decoder));
     }
-    let checkpoint = workspace.checkpoint(&config.name).await?.unwrap_or_default();
-    let mut schemas = HashMap::new();
-    for table in workspace.tables_matching(&config.table).await? {
-        if let Some(schema) = workspace.table_schema(&table).await? {
-            schemas.insert(table, schema);
-        }
-    }
-    let decoder = Decoder::new(config.table.clone(), config.metadata.clone(), schemas).with_changes(changes);
-    Ok((checkpoint, decoder))
+    let resume = state.resume(&config.name, &config.table).await?;
+    let decoder = Decoder::new(config.table.clone(), config.metadata.clone(), resume.schemas).with_changes(changes);
+    Ok((resume.checkpoint, decoder))
 }

@@ -1,8 +1,9 @@
 //! Reverse ETL syncs: the registry, runs (by hand, from the API, on a schedule), and preview.
 //!
-//! A run is `sluice_core::sync_run::run` with the workspace as its `Planner`: compute the plan
-//! (the read-only SELECT and change detection), hand it to the destination, and only when the
-//! destination reports success replace the row hashes; then the run is recorded as succeeded.
+//! A run is `sluice_core::sync_run::run` with the workspace's `SyncPlanner` as its `Planner`:
+//! compute the plan (the read-only SELECT and change detection), hand it to the destination, and
+//! only when the destination reports success replace the row hashes; then the run is recorded as
+//! succeeded.
 //! A run that fails leaves the hashes alone, so the next run sends the same rows again.
 
 use std::collections::HashMap;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
-use sluice_connectors::workspace::{RunRecord, Workspace};
+use sluice_connectors::workspace::{Registry, RunRecord, StoredSync, SyncPlanner};
 use sluice_connectors::{SyncConfig, build_destination};
 use sluice_core::{Error, ErrorKind, Planner, Result, RunCounts, SyncSpec, sync_run};
 use tokio::sync::{Mutex, RwLock};
@@ -28,7 +29,8 @@ pub struct SyncEntry {
 /// All syncs of this server.
 #[derive(Clone)]
 pub struct Syncs {
-    workspace: Workspace,
+    registry: Registry,
+    planner: SyncPlanner,
     entries: Arc<RwLock<HashMap<String, Arc<SyncEntry>>>>,
 }
 
@@ -50,20 +52,20 @@ pub struct Preview {
 }
 
 impl Syncs {
-    /// The syncs of `workspace` (none loaded yet).
-    pub fn new(workspace: Workspace) -> Self {
-        Self { workspace, entries: Arc::default() }
+    /// The syncs of a workspace's `registry`, planned by its `planner` (none loaded yet).
+    pub fn new(registry: Registry, planner: SyncPlanner) -> Self {
+        Self { registry, planner, entries: Arc::default() }
     }
 
     /// Load the stored syncs and start their schedules. Runs left `running` by a process that
     /// died are marked failed: their hashes were never replaced, so the next run resends.
     pub async fn load_stored(&self) -> Result<()> {
-        self.workspace.runs_interrupted().await?;
-        for (name, stored) in self.workspace.syncs().await? {
-            let mut config: SyncConfig = serde_json::from_value(stored).map_err(|e| {
-                Error::new(ErrorKind::Config, format!("stored sync '{name}' is unreadable")).with_source(e)
+        self.registry.runs_interrupted().await?;
+        for stored in self.registry.syncs().await? {
+            let mut config: SyncConfig = serde_json::from_value(stored.config).map_err(|e| {
+                Error::new(ErrorKind::Config, format!("stored sync '{}' is unreadable", stored.name)).with_source(e)
             })?;
-            config.restore_secrets(&self.workspace.sync_secrets(&name)?);
+            config.restore_secrets(&stored.secrets);
             self.install(config).await;
         }
         Ok(())
@@ -82,8 +84,7 @@ impl Syncs {
 
     async fn save_checked(&self, config: SyncConfig, unreachable_ok: bool) -> Result<()> {
         config.validate()?;
-        let sql = config.query.clone();
-        self.workspace.with_connection(move |c| sluice_connectors::workspace::check_read_only(c, &sql)).await?;
+        self.planner.check_query(&config.query).await?;
         match build_destination(&config.destination)?.check().await {
             Err(e) if unreachable_ok && e.is_retryable() => {
                 tracing::warn!(sync = %config.name, error = %e, "The sync's destination cannot be reached yet.");
@@ -93,15 +94,16 @@ impl Syncs {
         let stored = serde_json::to_value(&config)
             .map_err(|e| Error::new(ErrorKind::Fatal, "cannot store the sync").with_source(e))?;
         let previous = self.get(&config.name).await;
-        self.workspace.set_sync_secrets(&config.name, config.secrets())?;
-        self.workspace.save_sync(config.name.clone(), stored).await?;
+        self.registry
+            .save_sync(StoredSync { name: config.name.clone(), config: stored, secrets: config.secrets() })
+            .await?;
         // A different query, keys or destination makes the old hashes meaningless.
         if let Some(previous) = previous
             && (previous.config.query != config.query
                 || previous.config.keys != config.keys
                 || previous.config.destination != config.destination)
         {
-            self.workspace.sync_reset(config.name.clone()).await?;
+            self.planner.reset(&config.name).await?;
         }
         self.install(config).await;
         Ok(())
@@ -123,7 +125,7 @@ impl Syncs {
         entry.schedule.cancel();
         // Wait for a run in progress to end before its records go.
         let _running = entry.running.lock().await;
-        self.workspace.delete_sync(name.to_string()).await?;
+        self.registry.delete_sync(name).await?;
         Ok(true)
     }
 
@@ -139,9 +141,14 @@ impl Syncs {
         all
     }
 
-    /// The workspace.
-    pub fn workspace(&self) -> &Workspace {
-        &self.workspace
+    /// The registry: the syncs' run records.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The planner: the syncs' row hashes.
+    pub fn planner(&self) -> &SyncPlanner {
+        &self.planner
     }
 
     /// Start a run in the background and return its id at once. Runs of one sync never
@@ -164,7 +171,7 @@ impl Syncs {
             detect_ms: None,
             error: None,
         };
-        self.workspace.run_started(record.clone()).await?;
+        self.registry.run_started(record.clone()).await?;
         let this = self.clone();
         tokio::spawn(async move {
             let _running = entry.running.lock().await;
@@ -177,7 +184,7 @@ impl Syncs {
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Option<RunRecord>> {
         let deadline = Instant::now() + timeout;
         loop {
-            let record = self.workspace.run(id.to_string()).await?;
+            let record = self.registry.run(id.to_string()).await?;
             match &record {
                 Some(r) if !r.finished() && Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -207,7 +214,7 @@ impl Syncs {
                 tracing::warn!(sync = %config.name, run = %record.id, error = %e, "Sync run failed.");
             }
         }
-        if let Err(e) = self.workspace.run_finished(record).await {
+        if let Err(e) = self.registry.run_finished(record).await {
             tracing::error!(sync = %config.name, error = %e, "Cannot record the run's end.");
         }
     }
@@ -216,13 +223,13 @@ impl Syncs {
     /// the whole run (`sync_run::run`).
     async fn deliver(&self, config: &SyncConfig, run_id: &str) -> Result<RunCounts> {
         let mut destination = build_destination(&config.destination)?;
-        sync_run::run(&self.workspace, destination.as_mut(), &spec(config), run_id).await
+        sync_run::run(&self.planner, destination.as_mut(), &spec(config), run_id).await
     }
 
     /// What the next run would send, without sending anything.
     pub async fn preview(&self, name: &str, sample: usize) -> Result<Preview> {
         let entry = self.get(name).await.ok_or_else(|| Error::new(ErrorKind::Config, format!("no sync '{name}'")))?;
-        let plan = Planner::plan(&self.workspace, &spec(&entry.config), "preview").await?;
+        let plan = self.planner.plan(&spec(&entry.config), "preview").await?;
         let delivery = &plan.delivery;
         let mut rows = Vec::new();
         let (mut inserts, mut updates) = (0, 0);

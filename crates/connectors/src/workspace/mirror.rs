@@ -14,7 +14,7 @@ use arrow::record_batch::RecordBatch;
 use duckdb::Connection;
 use sluice_core::{ChangeOp, Error, ErrorKind, MirrorWrite, Result, TableWrite};
 
-use super::{db_error, quote};
+use super::db::{db_error, quote};
 
 const STAGE: &str = "__sluice_stage";
 const LAST: &str = "__sluice_last";

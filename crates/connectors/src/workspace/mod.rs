@@ -1,28 +1,43 @@
-//! The embedded DuckDB workspace: the default sink, the state store, the rejects ledger and the
-//! stream registry, all in one database file.
+//! The embedded DuckDB workspace, in one database file: the default sink, the state store, the
+//! rejects ledger, the registry of streams and syncs, the syncs' planner and read-only SQL.
+//!
+//! [`Workspace`] opens the file and hands out one value per role, each over the same shared
+//! handle (`db::Db`) and each with its own small API: [`WorkspaceSink`] (`sink.rs`,
+//! `mirror.rs`), [`WorkspaceState`] (`state.rs`, `replay.rs`), [`Registry`] (`registry.rs`,
+//! `runs.rs`, with `secrets.rs`), [`SyncPlanner`] (`sync_plan.rs`) and [`Query`] (`query.rs`,
+//! `access.rs`, `control.rs`).
 
 mod access;
 mod control;
+mod db;
 mod mirror;
 mod query;
+mod registry;
 mod replay;
+mod runs;
 mod secrets;
 mod sink;
 mod state;
 mod sync_plan;
-mod sync_state;
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Arc;
 
+use async_trait::async_trait;
 use duckdb::{AccessMode, Config, Connection};
-use sluice_core::{Error, ErrorKind, Result};
+use sluice_core::{Checkpoint, Error, ErrorKind, Result, Sink, StateStore, TableSchema, WriteUnit};
 
-pub use query::{QueryError, QueryErrorKind, QueryLimits, QueryResult, check_read_only, query_connection};
+pub use db::quote;
+pub use query::{Query, QueryError, QueryErrorKind, QueryLimits, QueryResult, query_connection};
+pub use registry::{Registry, StoredStream, StoredSync};
 pub use replay::{LedgerEvent, ReplayRequest};
+pub use runs::{RunRecord, RunSummary};
 pub use secrets::keyed_hash;
-pub use state::StoredStream;
-pub use sync_state::{RunRecord, RunSummary};
+pub use sink::WorkspaceSink;
+pub use state::{Resume, WorkspaceState};
+pub use sync_plan::SyncPlanner;
+
+use db::{Db, db_error};
 
 /// WAL size at which DuckDB checkpoints (see `Workspace::open`).
 pub const WAL_CHECKPOINT: &str = "64MB";
@@ -45,18 +60,28 @@ CREATE TABLE IF NOT EXISTS sluice.rejects (
 ALTER TABLE sluice.rejects ADD COLUMN IF NOT EXISTS replayed_at TIMESTAMPTZ;
 CREATE TABLE IF NOT EXISTS sluice.push_keys (
     stream VARCHAR NOT NULL, key VARCHAR NOT NULL, answer VARCHAR NOT NULL, stored_at TIMESTAMPTZ NOT NULL);
+CREATE TABLE IF NOT EXISTS sluice.syncs (
+    name VARCHAR NOT NULL, config JSON NOT NULL, created_at TIMESTAMPTZ NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL);
+CREATE TABLE IF NOT EXISTS sluice.sync_runs (
+    id VARCHAR NOT NULL, sync VARCHAR NOT NULL, "trigger" VARCHAR NOT NULL, status VARCHAR NOT NULL,
+    started_at TIMESTAMPTZ NOT NULL, finished_at TIMESTAMPTZ, duration_ms BIGINT,
+    rows_sent BIGINT, inserted BIGINT, updated BIGINT, deleted BIGINT, detect_ms BIGINT, error VARCHAR);
 "#;
 
 /// DuckDB's memory limit unless `SLUICE_DUCKDB_MEMORY` says otherwise.
 pub const DUCKDB_MEMORY: &str = "256MB";
 
-/// An open workspace. Cheap to clone; all clones share one database.
+/// An open workspace: the owner of the database that hands out its roles. Cheap to clone; all
+/// clones share one database.
 #[derive(Clone)]
 pub struct Workspace {
-    path: PathBuf,
-    // DuckDB connections are Send but not Sync: this one is only cloned from, under the lock.
-    base: Arc<Mutex<Connection>>,
-    writer: sink::Writer,
+    db: Db,
+    sink: WorkspaceSink,
+    state: WorkspaceState,
+    registry: Registry,
+    planner: SyncPlanner,
+    sql: Query,
     secrets: Arc<secrets::SecretFile>,
 }
 
@@ -69,7 +94,6 @@ impl Workspace {
         let path = dir.join("workspace.duckdb");
         let conn = Connection::open(&path).map_err(|e| open_error(&path, e))?;
         conn.execute_batch(BOOTSTRAP).map_err(db_error)?;
-        sync_state::bootstrap(&conn)?;
         // DuckDB checkpoints the WAL into the database file when it reaches this size, and a
         // checkpoint holds up commits for as long as it runs. Measured with `sluice bench`:
         // 16 MB checkpoints so often that pushes queue (p99 760 ms at 50k events/s); 256 MB
@@ -84,9 +108,18 @@ impl Workspace {
             .map_err(|e| Error::new(ErrorKind::Config, format!("SLUICE_DUCKDB_MEMORY: {e}")))?;
         // User SQL must not read files or attach databases: the workspace needs neither.
         conn.execute_batch("SET enable_external_access = false").map_err(db_error)?;
-        let writer = sink::Writer::start(conn.try_clone().map_err(db_error)?)?;
+        let sink = WorkspaceSink::start(conn.try_clone().map_err(db_error)?)?;
         let secrets = Arc::new(secrets::SecretFile::new(dir));
-        Ok(Self { path, base: Arc::new(Mutex::new(conn)), writer, secrets })
+        let db = Db::new(path, conn);
+        Ok(Self {
+            sink,
+            state: WorkspaceState::new(db.clone()),
+            registry: Registry::new(db.clone(), secrets.clone()),
+            planner: SyncPlanner::new(db.clone()),
+            sql: Query::new(db.clone()),
+            db,
+            secrets,
+        })
     }
 
     /// Open an existing workspace read-only (the CLI, when no server runs).
@@ -102,6 +135,45 @@ impl Workspace {
         Connection::open_with_flags(&path, config).map_err(|e| open_error(&path, e))
     }
 
+    /// The sink: writes units through the one writer thread.
+    pub fn sink(&self) -> &WorkspaceSink {
+        &self.sink
+    }
+
+    /// The state store: checkpoints, table columns, push keys; where a stream resumes.
+    pub fn state(&self) -> &WorkspaceState {
+        &self.state
+    }
+
+    /// The registry of streams and syncs, with their secrets, and the syncs' run records.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The syncs' planner: their queries and row hashes.
+    pub fn planner(&self) -> &SyncPlanner {
+        &self.planner
+    }
+
+    /// Read-only SQL for users.
+    pub fn sql(&self) -> &Query {
+        &self.sql
+    }
+
+    /// Run one read-only user statement: [`Query::run`].
+    pub async fn query<S>(
+        &self,
+        sql: String,
+        limits: QueryLimits,
+        timeout: std::time::Duration,
+        shutdown: S,
+    ) -> std::result::Result<QueryResult, QueryError>
+    where
+        S: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.sql.run(sql, limits, timeout, shutdown).await
+    }
+
     /// The key of push-key hashes: derived from the secrets key (`SLUICE_SECRET_KEY` or
     /// `secret.key`), so a copy of the database alone does not allow guessing keys offline.
     pub fn push_key_pepper(&self) -> Result<[u8; 32]> {
@@ -110,48 +182,32 @@ impl Workspace {
 
     /// The database file.
     pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// A new connection to the same database, for one blocking job.
-    pub fn connection(&self) -> Result<Connection> {
-        let base = self.base.lock().map_err(|_| Error::new(ErrorKind::Fatal, "workspace lock poisoned"))?;
-        base.try_clone().map_err(db_error)
-    }
-
-    /// Run a blocking job on its own connection, off the async threads.
-    pub async fn with_connection<T, F>(&self, job: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
-    {
-        let conn = self.connection()?;
-        tokio::task::spawn_blocking(move || job(&conn))
-            .await
-            .map_err(|e| Error::new(ErrorKind::Fatal, "workspace job panicked").with_source(e))?
+        self.db.path()
     }
 }
 
-/// Run `job` in one transaction: committed when it succeeds, rolled back when it fails.
-pub(crate) fn in_transaction<T>(conn: &Connection, job: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-    conn.execute_batch("BEGIN TRANSACTION").map_err(db_error)?;
-    match job(conn) {
-        Ok(value) => {
-            conn.execute_batch("COMMIT").map_err(db_error)?;
-            Ok(value)
-        }
-        Err(e) => {
-            if let Err(rollback) = conn.execute_batch("ROLLBACK") {
-                tracing::error!(error = %rollback, "Rollback failed.");
-            }
-            Err(e)
-        }
+/// The workspace writes as its [`WorkspaceSink`] does, for holders of the whole workspace.
+#[async_trait]
+impl Sink for Workspace {
+    async fn write(&self, unit: Arc<WriteUnit>) -> Result<()> {
+        self.sink.write(unit).await
+    }
+
+    async fn probe(&self, unit: Arc<WriteUnit>) -> Option<Result<()>> {
+        self.sink.probe(unit).await
     }
 }
 
-/// Quote an identifier for SQL: always, whatever its characters.
-pub fn quote(ident: &str) -> String {
-    format!("\"{}\"", ident.replace('"', "\"\""))
+/// The workspace reads state as its [`WorkspaceState`] does, for holders of the whole workspace.
+#[async_trait]
+impl StateStore for Workspace {
+    async fn checkpoint(&self, stream: &str) -> Result<Option<Checkpoint>> {
+        self.state.checkpoint(stream).await
+    }
+
+    async fn table_schema(&self, table: &str) -> Result<Option<TableSchema>> {
+        self.state.table_schema(table).await
+    }
 }
 
 fn open_error(path: &Path, e: duckdb::Error) -> Error {
@@ -165,14 +221,6 @@ fn open_error(path: &Path, e: duckdb::Error) -> Error {
     } else {
         Error::new(ErrorKind::Config, format!("cannot open workspace {}", path.display())).with_source(e)
     }
-}
-
-/// Map a DuckDB error to a kind: write conflicts may pass on retry, the rest stops.
-pub(crate) fn db_error(e: duckdb::Error) -> Error {
-    let text = e.to_string();
-    let kind =
-        if text.contains("Conflict") || text.contains("conflict") { ErrorKind::Transient } else { ErrorKind::Fatal };
-    Error::new(kind, "workspace error").with_source(e)
 }
 
 /// Load an NDJSON file with DuckDB's own `read_json_auto` into a fresh database in `dir`; the

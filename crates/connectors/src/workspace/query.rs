@@ -16,6 +16,13 @@ use sluice_core::{Error, ErrorKind, Result};
 
 use super::access;
 use super::control::{self, Stop};
+use super::db::Db;
+
+/// Read-only SQL on the workspace for users and syncs. Cheap to clone.
+#[derive(Clone)]
+pub struct Query {
+    db: Db,
+}
 
 /// A query's answer, rendered once: `{"columns": [[name, type], …], "rows": [{…}, …],
 /// "truncated": bool}`, NULL columns included as `null`. The rows are written into this text as
@@ -108,7 +115,7 @@ impl std::error::Error for QueryError {}
 
 /// Refuse anything but exactly one SELECT (or WITH … SELECT) statement that a user may run:
 /// no internal table but the ledger and run records (see `access`). For sync queries.
-pub fn check_read_only(conn: &Connection, sql: &str) -> Result<()> {
+pub(crate) fn check_read_only(conn: &Connection, sql: &str) -> Result<()> {
     check(conn, sql, Access::User).map_err(|e| Error::new(ErrorKind::Data, e.message))
 }
 
@@ -285,10 +292,14 @@ fn scrub(message: &str, dir: &Path) -> String {
     paths.into_iter().fold(message.to_string(), |text, path| text.replace(&path, "<data-dir>"))
 }
 
-impl super::Workspace {
+impl Query {
+    pub(crate) fn new(db: Db) -> Self {
+        Self { db }
+    }
+
     /// Run one read-only user statement on its own connection, within `limits`: interrupted
     /// after `timeout`, when `shutdown` resolves, or when this future is dropped.
-    pub async fn query<S>(
+    pub async fn run<S>(
         &self,
         sql: String,
         limits: QueryLimits,
@@ -298,8 +309,8 @@ impl super::Workspace {
     where
         S: Future<Output = ()> + Send + 'static,
     {
-        let dir = self.path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let conn = self.connection().map_err(|e| QueryError::new(QueryErrorKind::Failed, e.to_string()))?;
+        let dir = self.db.path().parent().map(Path::to_path_buf).unwrap_or_default();
+        let conn = self.db.connection().map_err(|e| QueryError::new(QueryErrorKind::Failed, e.to_string()))?;
         let (control, guard, done) = control::watch(conn.interrupt_handle(), timeout, shutdown);
         let job = tokio::task::spawn_blocking(move || {
             let result = run_query(&conn, &sql, limits, Access::User);

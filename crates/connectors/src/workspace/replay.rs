@@ -19,7 +19,8 @@ use duckdb::{Connection, params};
 use serde::{Deserialize, Serialize};
 use sluice_core::{Error, ErrorKind, Result};
 
-use super::{Workspace, db_error, in_transaction, quote};
+use super::db::{db_error, in_transaction, quote};
+use super::state::WorkspaceState;
 
 /// What to replay, as `POST /api/streams/:id/replay` takes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -114,7 +115,7 @@ fn require(conn: &Connection, table: &str, needed: &[&str], metadata: &str) -> R
     }
 }
 
-impl Workspace {
+impl WorkspaceState {
     /// Delete what came from `offsets` on (unless `mirror`) and move the checkpoint back to them.
     /// `positioned`: the stream's changes carry source positions (a Debezium mirror), so the
     /// ledger rows of single values stay.
@@ -130,39 +131,40 @@ impl Workspace {
             .map(|(t, ps)| (t, ps.into_iter().filter_map(|(p, o)| Some((p.parse().ok()?, o))).collect()))
             .collect();
         let stream = stream.to_string();
-        self.with_connection(move |c| {
-            in_transaction(c, |c| {
-                let mut deleted = 0u64;
-                for table in tables.iter().filter(|_| !mirror) {
-                    require(c, table, &["_topic", "_partition", "_offset"], "`topic`, `partition` and `offset`")?;
-                    for (topic, partitions) in &offsets {
-                        for (partition, offset) in partitions {
-                            let sql = format!(
-                                "DELETE FROM main.{} WHERE _topic = ? AND _partition = ? AND _offset >= ?",
-                                quote(table)
-                            );
-                            deleted += c.execute(&sql, params![topic, partition, offset]).map_err(db_error)? as u64;
+        self.db
+            .run(move |c| {
+                in_transaction(c, |c| {
+                    let mut deleted = 0u64;
+                    for table in tables.iter().filter(|_| !mirror) {
+                        require(c, table, &["_topic", "_partition", "_offset"], "`topic`, `partition` and `offset`")?;
+                        for (topic, partitions) in &offsets {
+                            for (partition, offset) in partitions {
+                                let sql = format!(
+                                    "DELETE FROM main.{} WHERE _topic = ? AND _partition = ? AND _offset >= ?",
+                                    quote(table)
+                                );
+                                deleted += c.execute(&sql, params![topic, partition, offset]).map_err(db_error)? as u64;
+                            }
                         }
                     }
-                }
-                for (topic, partitions) in &offsets {
-                    for (partition, offset) in partitions {
-                        c.execute(
-                            "DELETE FROM sluice.rejects WHERE stream = ? \
+                    for (topic, partitions) in &offsets {
+                        for (partition, offset) in partitions {
+                            c.execute(
+                                "DELETE FROM sluice.rejects WHERE stream = ? \
                              AND json_extract_string(source, '$.topic') = ? \
                              AND TRY_CAST(json_extract_string(source, '$.partition') AS BIGINT) = ? \
                              AND TRY_CAST(json_extract_string(source, '$.offset') AS BIGINT) >= ? \
                              AND (NOT ? OR \"column\" IS NULL)",
-                            params![stream, topic, partition, offset, positioned],
-                        )
-                        .map_err(db_error)?;
+                                params![stream, topic, partition, offset, positioned],
+                            )
+                            .map_err(db_error)?;
+                        }
                     }
-                }
-                move_offsets(c, &stream, &offsets)?;
-                Ok(deleted)
+                    move_offsets(c, &stream, &offsets)?;
+                    Ok(deleted)
+                })
             })
-        })
-        .await
+            .await
     }
 
     /// Delete the rows that arrived at or after `timestamp` (unless `mirror`) and clear the
@@ -175,20 +177,21 @@ impl Workspace {
         timestamp: String,
     ) -> Result<u64> {
         let stream = stream.to_string();
-        self.with_connection(move |c| {
-            in_transaction(c, |c| {
-                let mut deleted = 0u64;
-                for table in tables.iter().filter(|_| !mirror) {
-                    require(c, table, &["_arrival_time"], "`arrival_time`")?;
-                    let sql = format!("DELETE FROM main.{} WHERE _arrival_time >= ?::TIMESTAMPTZ", quote(table));
-                    deleted += c.execute(&sql, params![timestamp]).map_err(db_error)? as u64;
-                }
-                c.execute("UPDATE sluice.checkpoints SET position = 'null' WHERE stream = ?", params![stream])
-                    .map_err(db_error)?;
-                Ok(deleted)
+        self.db
+            .run(move |c| {
+                in_transaction(c, |c| {
+                    let mut deleted = 0u64;
+                    for table in tables.iter().filter(|_| !mirror) {
+                        require(c, table, &["_arrival_time"], "`arrival_time`")?;
+                        let sql = format!("DELETE FROM main.{} WHERE _arrival_time >= ?::TIMESTAMPTZ", quote(table));
+                        deleted += c.execute(&sql, params![timestamp]).map_err(db_error)? as u64;
+                    }
+                    c.execute("UPDATE sluice.checkpoints SET position = 'null' WHERE stream = ?", params![stream])
+                        .map_err(db_error)?;
+                    Ok(deleted)
+                })
             })
-        })
-        .await
+            .await
     }
 
     /// The whole events the ledger holds for `stream` that were not replayed yet, oldest first.
@@ -201,25 +204,26 @@ impl Workspace {
         limit: usize,
     ) -> Result<Vec<LedgerEvent>> {
         let stream = stream.to_string();
-        self.with_connection(move |c| {
-            let mut stmt = c
-                .prepare(&format!(
-                    "SELECT position, value FROM sluice.rejects WHERE stream = ? AND \"column\" IS NULL \
+        self.db
+            .run(move |c| {
+                let mut stmt = c
+                    .prepare(&format!(
+                        "SELECT position, value FROM sluice.rejects WHERE stream = ? AND \"column\" IS NULL \
                      AND replayed_at IS NULL AND value IS NOT NULL \
                      AND (?::TIMESTAMPTZ IS NULL OR recorded_at >= ?::TIMESTAMPTZ) \
                      AND (?::TIMESTAMPTZ IS NULL OR recorded_at < ?::TIMESTAMPTZ) \
                      AND (?::VARCHAR IS NULL OR contains(reason, ?::VARCHAR)) \
                      ORDER BY position LIMIT {limit}"
-                ))
-                .map_err(db_error)?;
-            let rows = stmt
-                .query_map(params![stream, since, since, until, until, reason_contains, reason_contains], |r| {
-                    Ok(LedgerEvent { position: r.get(0)?, value: r.get(1)? })
-                })
-                .map_err(db_error)?;
-            rows.collect::<std::result::Result<Vec<_>, _>>().map_err(db_error)
-        })
-        .await
+                    ))
+                    .map_err(db_error)?;
+                let rows = stmt
+                    .query_map(params![stream, since, since, until, until, reason_contains, reason_contains], |r| {
+                        Ok(LedgerEvent { position: r.get(0)?, value: r.get(1)? })
+                    })
+                    .map_err(db_error)?;
+                rows.collect::<std::result::Result<Vec<_>, _>>().map_err(db_error)
+            })
+            .await
     }
 }
 

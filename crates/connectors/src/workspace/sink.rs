@@ -10,18 +10,19 @@ use sluice_core::schema::SchemaChange;
 use sluice_core::{Error, ErrorKind, Result, Sink, WriteUnit};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Workspace, db_error, in_transaction, quote};
+use super::db::{db_error, in_transaction, quote};
 
 /// A unit, whether to roll it back once applied (a probe), and where to answer.
 type Job = (Arc<WriteUnit>, bool, oneshot::Sender<Result<()>>);
 
-/// The writer thread's mailbox.
+/// The workspace as a sink: a mailbox to the one writer thread. Cheap to clone.
 #[derive(Clone)]
-pub(crate) struct Writer {
+pub struct WorkspaceSink {
     tx: mpsc::Sender<Job>,
 }
 
-impl Writer {
+impl WorkspaceSink {
+    /// Start the writer thread on `conn`.
     pub(crate) fn start(conn: Connection) -> Result<Self> {
         let (tx, mut rx) = mpsc::channel::<Job>(64);
         std::thread::Builder::new()
@@ -44,11 +45,10 @@ impl Writer {
 }
 
 #[async_trait]
-impl Sink for Workspace {
+impl Sink for WorkspaceSink {
     async fn write(&self, unit: Arc<WriteUnit>) -> Result<()> {
         let (reply, done) = oneshot::channel();
-        self.writer
-            .tx
+        self.tx
             .send((unit, false, reply))
             .await
             .map_err(|_| Error::new(ErrorKind::Fatal, "workspace writer stopped"))?;
@@ -57,7 +57,7 @@ impl Sink for Workspace {
 
     async fn probe(&self, unit: Arc<WriteUnit>) -> Option<Result<()>> {
         let (reply, done) = oneshot::channel();
-        self.writer.tx.send((unit, true, reply)).await.ok()?;
+        self.tx.send((unit, true, reply)).await.ok()?;
         done.await.ok()
     }
 }

@@ -12,10 +12,52 @@ use std::time::Instant;
 use arrow::array::{AsArray, BooleanArray};
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
 use duckdb::Connection;
-use sluice_core::{Delivery, Error, ErrorKind, Result, RunCounts, SyncMode, SyncPlan, SyncSpec};
+use sluice_core::{Delivery, Error, ErrorKind, Planner, Result, RunCounts, SyncMode, SyncPlan, SyncSpec};
 
-use super::{SCHEMA, check_read_only, db_error, in_transaction, quote};
+use super::SCHEMA;
+use super::db::{Db, db_error, in_transaction, quote};
+use super::query::check_read_only;
+
+/// The workspace as a sync's `Planner`, which `sluice_core::sync_run::run` drives: it runs the
+/// sync's query and keeps its row hashes. Cheap to clone.
+#[derive(Clone)]
+pub struct SyncPlanner {
+    db: Db,
+}
+
+impl SyncPlanner {
+    pub(crate) fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// Refuse a query that is not one read-only SELECT a user may run (before a sync is saved).
+    pub async fn check_query(&self, sql: &str) -> Result<()> {
+        let sql = sql.to_string();
+        self.db.run(move |c| check_read_only(c, &sql)).await
+    }
+
+    /// Forget a sync's hashes, so its next keyed run resends everything.
+    pub async fn reset(&self, sync: &str) -> Result<()> {
+        let sync = sync.to_string();
+        self.db.run(move |c| reset(c, &sync)).await
+    }
+}
+
+#[async_trait]
+impl Planner for SyncPlanner {
+    async fn plan(&self, sync: &SyncSpec, run_id: &str) -> Result<SyncPlan> {
+        let (sync, run_id) = (sync.clone(), run_id.to_string());
+        self.db.run(move |c| plan(c, &sync, &run_id)).await
+    }
+
+    async fn commit(&self, sync: &SyncSpec, plan: &SyncPlan) -> Result<()> {
+        // Cheap: the batches are shared, not copied.
+        let (name, plan) = (sync.name.clone(), plan.clone());
+        self.db.run(move |c| commit(c, &name, &plan)).await
+    }
+}
 
 /// The table of a sync's row hashes.
 pub(crate) fn hash_table(sync: &str) -> String {
@@ -24,7 +66,7 @@ pub(crate) fn hash_table(sync: &str) -> String {
 
 /// Compute what run `run_id` of `sync` would send, without sending anything. `keys` are
 /// required for the keyed modes.
-pub fn plan(conn: &Connection, sync: &SyncSpec, run_id: &str) -> Result<SyncPlan> {
+fn plan(conn: &Connection, sync: &SyncSpec, run_id: &str) -> Result<SyncPlan> {
     let (sql, mode, keys) = (sync.query.as_str(), sync.mode, sync.keys.as_slice());
     check_read_only(conn, sql)?;
     let hashes = hash_table(&sync.name);
@@ -184,7 +226,7 @@ fn key_match(keys: &[String], left: &str, right: &str) -> String {
 }
 
 /// After a successful delivery: replace the hashes of the rows sent and forget the keys deleted.
-pub fn commit(conn: &Connection, sync: &str, plan: &SyncPlan) -> Result<()> {
+fn commit(conn: &Connection, sync: &str, plan: &SyncPlan) -> Result<()> {
     if plan.hashes.is_empty() && plan.delivery.deletes.is_empty() {
         return Ok(());
     }
@@ -221,7 +263,7 @@ pub fn commit(conn: &Connection, sync: &str, plan: &SyncPlan) -> Result<()> {
 }
 
 /// Forget every hash of a sync (its next keyed run sends every row).
-pub fn reset(conn: &Connection, sync: &str) -> Result<()> {
+pub(crate) fn reset(conn: &Connection, sync: &str) -> Result<()> {
     conn.execute_batch(&format!("DROP TABLE IF EXISTS {}", hash_table(sync))).map_err(db_error)
 }
 

@@ -6,6 +6,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sluice_core::{Error, ErrorKind};
 
+use crate::supervisor::SaveError;
+
 /// An API error.
 #[derive(Debug)]
 pub struct ApiError {
@@ -63,6 +65,16 @@ impl From<Error> for ApiError {
             tracing::error!(error = %e, "Request failed.");
         }
         Self::new(status, e.to_string())
+    }
+}
+
+impl From<SaveError> for ApiError {
+    /// A table another stream writes is a conflict; the rest as the error says.
+    fn from(e: SaveError) -> Self {
+        match e {
+            SaveError::TableTaken { .. } => Self::new(StatusCode::CONFLICT, e.to_string()),
+            SaveError::Failed(e) => e.into(),
+        }
     }
 }
 

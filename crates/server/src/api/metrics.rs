@@ -33,7 +33,7 @@ pub async fn prometheus(State(state): State<AppState>) -> impl IntoResponse {
     let snapshots: Vec<(String, MetricsSnapshot)> =
         state.supervisor.list().await.iter().map(|s| (s.config.name.clone(), s.metrics.snapshot())).collect();
     let mut text = render(&snapshots);
-    let summaries = state.syncs.workspace().run_summaries().await.unwrap_or_default();
+    let summaries = state.syncs.registry().run_summaries().await.unwrap_or_default();
     let names: Vec<String> = state.syncs.list().await.iter().map(|e| e.config.name.clone()).collect();
     render_syncs(&mut text, &names, &summaries);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)

@@ -11,6 +11,8 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
+use sluice_connectors::workspace::Query;
+
 use crate::syncs::Syncs;
 
 use crate::supervisor::{Lookup, RunningStream, Supervisor};
@@ -29,6 +31,8 @@ pub struct AppState {
     pub syncs: Syncs,
     /// Limits on `/api/sql`.
     pub sql: SqlLimits,
+    /// Read-only SQL on the workspace, for `/api/sql`.
+    pub query: Query,
 }
 
 /// A running stream by name: 404 when there is none, 503 while it restarts.

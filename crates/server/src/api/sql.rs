@@ -57,7 +57,7 @@ pub async fn query(State(state): State<AppState>, req: Result<Json<SqlRequest>, 
     let shutdown = limits.shutdown.clone().cancelled_owned();
     let query_limits = QueryLimits { rows: limit, max_bytes: limits.max_result_bytes };
     // Dropping this future (the client went away) interrupts the query.
-    match state.supervisor.workspace().query(req.sql, query_limits, timeout, shutdown).await {
+    match state.query.run(req.sql, query_limits, timeout, shutdown).await {
         Ok(result) => ([(header::CONTENT_TYPE, "application/json")], result.json).into_response(),
         Err(e) => {
             let (status, limit) = match e.kind {

@@ -10,7 +10,7 @@ use sluice_connectors::{SourceConfig, StreamConfig};
 
 use super::{ApiError, AppState};
 use crate::keys;
-use crate::supervisor::RunningStream;
+use crate::supervisor::{RunningStream, SaveError};
 
 fn describe(stream: &RunningStream) -> Value {
     json!({
@@ -54,12 +54,6 @@ pub async fn create(
     if state.supervisor.get(&config.name).await.is_some() {
         return Err(ApiError::new(StatusCode::CONFLICT, format!("a stream named '{}' exists", config.name)));
     }
-    if let Some(owner) = state.supervisor.table_owner(&config).await {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            format!("table '{}' is already written by stream '{owner}'", config.table),
-        ));
-    }
     // Only push streams have a key; the others read by themselves.
     let key = match &config.source {
         SourceConfig::HttpPush(_) => {
@@ -68,10 +62,13 @@ pub async fn create(
         _ => None,
     };
     let key_hash = key.as_deref().map(keys::hash).unwrap_or_default();
-    // A valid config that cannot start as asked (say, a destination table without a key) is 422.
-    state.supervisor.save_and_start(config.clone(), key_hash).await.map_err(|e| match e.kind() {
-        sluice_core::ErrorKind::Config => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
-        _ => e.into(),
+    // A table another stream writes is 409; a valid config that cannot start as asked (say, a
+    // destination table without a key) is 422.
+    state.supervisor.save_and_start(config.clone(), key_hash).await.map_err(|e| match e {
+        SaveError::Failed(e) if e.kind() == sluice_core::ErrorKind::Config => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
+        }
+        other => other.into(),
     })?;
     let stream = state.supervisor.get(&config.name).await.ok_or_else(|| ApiError::no_stream(&config.name))?;
     let mut body = describe(&stream);
@@ -112,12 +109,6 @@ pub async fn patch(
     // The serialized config has no secrets: keep the running stream's unless the patch sets new ones.
     config.restore_secrets(&stream.config.secrets());
     validate(&config)?;
-    if let Some(owner) = state.supervisor.table_owner(&config).await {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            format!("table '{}' is already written by stream '{owner}'", config.table),
-        ));
-    }
     state.supervisor.save_and_start(config, stream.key_hash.clone()).await?;
     let stream = state.supervisor.get(&id).await.ok_or_else(|| ApiError::no_stream(&id))?;
     Ok(Json(describe(&stream)))

@@ -156,7 +156,7 @@ pub async fn runs(State(state): State<AppState>, Path(id): Path<String>) -> Resu
     if state.syncs.get(&id).await.is_none() {
         return Err(no_sync(&id));
     }
-    let runs = state.syncs.workspace().runs(id, 100).await?;
+    let runs = state.syncs.registry().runs(id, 100).await?;
     Ok(Json(json!({ "runs": runs })))
 }
 
@@ -202,6 +202,6 @@ pub async fn reset(State(state): State<AppState>, Path(id): Path<String>) -> Res
     if state.syncs.get(&id).await.is_none() {
         return Err(no_sync(&id));
     }
-    state.syncs.workspace().sync_reset(id).await?;
+    state.syncs.planner().reset(&id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
