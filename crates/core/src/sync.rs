@@ -123,6 +123,14 @@ pub trait Destination: Send {
         Ok(None)
     }
 
+    /// The columns of `table` as the destination has them, as the decoder's types: a stream
+    /// resumes knowing them, so a value that does not fit goes to the ledger instead of
+    /// failing the write. `None`: the table does not exist, or this kind cannot tell.
+    async fn table_schema(&mut self, table: &str) -> Result<Option<crate::schema::TableSchema>> {
+        let _ = table;
+        Ok(None)
+    }
+
     /// The checkpoint `owner` last wrote with its rows, where the destination keeps stamps.
     async fn stamp(&mut self, owner: &str) -> Result<Option<String>> {
         let _ = owner;

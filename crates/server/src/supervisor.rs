@@ -480,7 +480,15 @@ pub(crate) async fn reload(
     let changes = config.changes();
     if let Some(delivery) = delivery {
         let checkpoint = delivery.checkpoint().await?.unwrap_or_default();
-        let decoder = Decoder::new(config.table.clone(), config.metadata.clone(), HashMap::new()).with_changes(changes);
+        // A table the stream names outright starts from the destination's columns, so a value
+        // that does not fit them goes to the ledger rather than failing the write.
+        let mut schemas = HashMap::new();
+        if !config.table.contains(['*', '['])
+            && let Some(schema) = delivery.table_schema(&config.table).await?
+        {
+            schemas.insert(config.table.clone(), schema);
+        }
+        let decoder = Decoder::new(config.table.clone(), config.metadata.clone(), schemas).with_changes(changes);
         return Ok((checkpoint, decoder));
     }
     let resume = state.resume(&config.name, &config.table).await?;

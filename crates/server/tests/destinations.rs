@@ -345,3 +345,46 @@ async fn a_resnapshot_into_a_destination_copies_the_source_again() {
     server.create_stream(stream).await;
     wait_until("a fresh copy in the target", Duration::from_secs(120), equal).await;
 }
+
+/// A stream into an existing table starts from the table's own columns: a value that does not
+/// fit one goes to the ledger with its reason and the row lands with that column NULL (the
+/// stream goes on, as in the workspace), a fraction in a column of
+/// integers widens it to double precision, and the stream keeps that across a restart.
+#[tokio::test]
+async fn values_are_fitted_to_the_destination_table_and_widen_it() {
+    let pg = Postgres::start();
+    pg.sql("CREATE TABLE people (id bigint, score integer, name text)");
+    let dir = DataDir::new("dest-fit");
+    let mut server = Server::start(&dir.0).await;
+    let key = server
+        .create_stream(json!({"name": "p", "table": "people", "destination": postgres_destination(&pg),
+                              "flush": {"max_wait_ms": 20}}))
+        .await;
+    let body = r#"[{"id": 1, "score": 5, "name": "a"}, {"id": 2, "score": "lots", "name": "b"}]"#;
+    let (status, answer) = server.push("p", &key, body).await;
+    assert_eq!((status, answer["accepted"].clone(), answer["rejected"].clone()), (202, json!(2), json!(1)), "{answer}");
+    let ledger = server.sql(r#"SELECT reason, "column" FROM sluice.rejects"#).await;
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    assert_eq!(ledger[0]["column"], "score", "{ledger:?}");
+    wait_until("the fitting row", Duration::from_secs(30), || async {
+        pg.lines("SELECT id, score, name FROM people ORDER BY id") == ["1|5|a", "2||b"]
+    })
+    .await;
+    // A restart: the stream starts from the table's columns again, so text first seen after it
+    // is still refused by the integer column (a stream that guessed the column from this value
+    // would make the whole write fail).
+    server.kill9();
+    server = Server::start(&dir.0).await;
+    let (status, answer) = server.push("p", &key, r#"{"id": 4, "score": "x", "name": "d"}"#).await;
+    assert_eq!((status, answer["rejected"].clone()), (202, json!(1)), "{answer}");
+    let (status, answer) = server.push("p", &key, r#"{"id": 3, "score": 2.5, "name": "c"}"#).await;
+    assert_eq!(status, 202, "{answer}");
+    wait_until("the widened row", Duration::from_secs(30), || async {
+        pg.lines("SELECT id, score, name FROM people ORDER BY id") == ["1|5|a", "2||b", "3|2.5|c", "4||d"]
+    })
+    .await;
+    let types = pg.lines("SELECT data_type FROM information_schema.columns WHERE table_name = 'people' AND column_name = 'score'");
+    assert_eq!(types, ["double precision"]);
+    let (_, metrics) = server.get("/api/streams/p/metrics").await;
+    assert_eq!(metrics["state"], "running", "{metrics}");
+}

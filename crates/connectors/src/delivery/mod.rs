@@ -139,6 +139,11 @@ impl DeliverySink {
         Ok(Some(envelope.checkpoint))
     }
 
+    /// The columns the destination has for `table`, to start the decoder from.
+    pub async fn table_schema(&self, table: &str) -> Result<Option<sluice_core::schema::TableSchema>> {
+        self.destination.lock().await.table_schema(table).await
+    }
+
     /// The unit's tables as deliveries: appended, or replacing the table for the first chunk
     /// of a snapshot copy.
     fn deliveries(&self, unit: &WriteUnit) -> Result<Vec<Delivery>> {

@@ -346,6 +346,10 @@ impl Destination for StagedDestination {
         self.shared.inner.lock().await.keys(table).await
     }
 
+    async fn table_schema(&mut self, table: &str) -> Result<Option<sluice_core::schema::TableSchema>> {
+        self.shared.inner.lock().await.table_schema(table).await
+    }
+
     async fn stamp(&mut self, _owner: &str) -> Result<Option<String>> {
         let mut inner = self.shared.inner.lock().await;
         if let Some(last) = self.shared.pending(&mut inner).await?.last() {

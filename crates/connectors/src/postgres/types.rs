@@ -101,6 +101,35 @@ pub(crate) fn column_type(info: &TypeInfo, typmod: i32) -> ColumnType {
     }
 }
 
+/// The columns of `schema.table` with the column type each gets here (dropped and system
+/// columns left out), in their order; `None` when the table does not exist. A stream into the
+/// table starts its decoder from them.
+pub(crate) async fn table_columns(
+    client: &tokio_postgres::Client,
+    schema: &str,
+    table: &str,
+) -> Result<Option<Vec<sluice_core::schema::Column>>, tokio_postgres::Error> {
+    let name = format!("\"{}\".\"{}\"", schema.replace('"', "\"\""), table.replace('"', "\"\""));
+    let rows = client
+        .query(
+            "SELECT a.attname::text, a.atttypid, a.atttypmod FROM pg_attribute a \
+             WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            &[&name],
+        )
+        .await?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let mut types = Types::default();
+    let mut columns = Vec::with_capacity(rows.len());
+    for row in rows {
+        let (column, oid, typmod): (String, u32, i32) = (row.get(0), row.get(1), row.get(2));
+        let info = types.get(client, oid).await?;
+        columns.push(sluice_core::schema::Column { name: column, ty: column_type(&info, typmod) });
+    }
+    Ok(Some(columns))
+}
+
 /// The list item type of an array whose elements are booleans, integers, floats, text, enums
 /// or UUIDs.
 fn array_item(info: &TypeInfo) -> Option<Scalar> {

@@ -1,8 +1,9 @@
 //! What the three SQL table destinations (Postgres, MySQL/MariaDB, SQLite) share: how Arrow
 //! types map to column types, how values are written as SQL literals, and the statements that
 //! create, upsert, delete and replace. Each technology's `target.rs` only connects, loads rows
-//! and runs these in a transaction.
+//! and runs these in a transaction. `copy_binary`: Postgres's binary `COPY` rows.
 
+pub(crate) mod copy_binary;
 mod values;
 
 use arrow::datatypes::{DataType, Field, Schema};
@@ -153,6 +154,20 @@ impl Dialect {
              (SELECT 1 FROM {table} t WHERE {})",
             self.key_match("t", "s", keys)
         )
+    }
+
+    /// Postgres: insert the rows of `stage`, and where the key is already in `table` update the
+    /// row instead, in one statement. Needs a unique index on exactly the key columns; the same
+    /// rows result as `update_from` then `insert_missing` (a stage holds each key once).
+    pub(crate) fn upsert_on_conflict(self, table: &str, stage: &str, columns: &[String], keys: &[String]) -> String {
+        let list = self.list(columns);
+        let sets: Vec<String> = columns
+            .iter()
+            .filter(|c| !keys.contains(c))
+            .map(|c| format!("{q} = excluded.{q}", q = self.quote(c)))
+            .collect();
+        let action = if sets.is_empty() { "NOTHING".to_string() } else { format!("UPDATE SET {}", sets.join(", ")) };
+        format!("INSERT INTO {table} ({list}) SELECT {list} FROM {stage} ON CONFLICT ({}) DO {action}", self.list(keys))
     }
 
     /// Delete the rows of `table` whose key is in `stage`.
