@@ -58,10 +58,12 @@ pub struct TableWrite {
 }
 
 /// A write of snapshot rows.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SnapshotWrite {
     /// Empty the table first: a new copy of it begins.
     pub clear: bool,
+    /// The source table's key columns: a destination creates the table with them as its key.
+    pub keys: Vec<String>,
 }
 
 /// What the rows of a mirrored table's write mean, one entry per row.

@@ -163,7 +163,7 @@ fn filtered(write: &TableWrite, mask: &[bool]) -> Option<TableWrite> {
         changes: write.changes.clone(),
         data,
         mirror,
-        snapshot: write.snapshot,
+        snapshot: write.snapshot.clone(),
     })
 }
 

@@ -333,6 +333,13 @@ async fn a_resnapshot_into_a_destination_copies_the_source_again() {
             && pg.lines_in("mirror", ROWS) == want
     };
     wait_until("the snapshot in the target", Duration::from_secs(120), equal).await;
+    // The snapshot created the table with the source's primary key.
+    let key = pg.lines_in(
+        "mirror",
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
+         WHERE i.indrelid = 'public.items'::regclass AND i.indisprimary",
+    );
+    assert_eq!(key, ["id"]);
     pg.lines_in("mirror", "DELETE FROM items WHERE id <= 10");
     let r = server.http.post(server.url("/api/streams/r/resnapshot")).send().await.unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
@@ -383,7 +390,9 @@ async fn values_are_fitted_to_the_destination_table_and_widen_it() {
         pg.lines("SELECT id, score, name FROM people ORDER BY id") == ["1|5|a", "2||b", "3|2.5|c", "4||d"]
     })
     .await;
-    let types = pg.lines("SELECT data_type FROM information_schema.columns WHERE table_name = 'people' AND column_name = 'score'");
+    let types = pg.lines(
+        "SELECT data_type FROM information_schema.columns WHERE table_name = 'people' AND column_name = 'score'",
+    );
     assert_eq!(types, ["double precision"]);
     let (_, metrics) = server.get("/api/streams/p/metrics").await;
     assert_eq!(metrics["state"], "running", "{metrics}");

@@ -47,7 +47,7 @@ pub(crate) fn deliveries(stream: &str, write: &TableWrite, mirror: &MirrorWrite)
     let (gone, kept): (Vec<usize>, Vec<usize>) = winners.into_iter().partition(|i| mirror.ops[*i] == ChangeOp::Delete);
     let upserts = take(data, &kept)?;
     // After a truncate, or from the first chunk of a new snapshot copy, the rows are the table.
-    let replace = last_truncate.is_some() || write.snapshot.is_some_and(|s| s.clear);
+    let replace = last_truncate.is_some() || write.snapshot.as_ref().is_some_and(|s| s.clear);
     let keys_only = take(&data.project(&key_indices).map_err(arrow_error)?, &gone)?;
     let mut out = vec![Delivery {
         sync: stream.to_string(),

@@ -153,12 +153,13 @@ impl DeliverySink {
                 out.extend(mirror::deliveries(&self.stream, table, mirror)?);
                 continue;
             }
-            let replace = table.snapshot.is_some_and(|s| s.clear);
+            let replace = table.snapshot.as_ref().is_some_and(|s| s.clear);
             out.push(Delivery {
                 sync: self.stream.clone(),
                 run_id: String::new(),
                 mode: if replace { SyncMode::Replace } else { SyncMode::Append },
-                keys: Vec::new(),
+                // A snapshot's source key: the destination creates the table with it.
+                keys: table.snapshot.as_ref().map(|s| s.keys.clone()).unwrap_or_default(),
                 schema: table.data.schema(),
                 rows: vec![table.data.clone()],
                 deletes: Vec::new(),

@@ -181,10 +181,12 @@ const POSITIONS: &str = "sluice_positions";
 async fn write(conn: &mut Conn, configured: &str, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
     for delivery in deliveries {
         let name = delivery.table.as_deref().unwrap_or(configured);
-        let keys: &[String] = if delivery.mode.keyed() { &delivery.keys } else { &[] };
         let existing = existing_columns(conn, name).await?;
         if existing.is_empty() {
-            conn.query_drop(D.create_table(&D.quote(name), &delivery.schema, keys, true)).await.map_err(sql_error)?;
+            // A stream's snapshot brings its source key in replace and append too.
+            conn.query_drop(D.create_table(&D.quote(name), &delivery.schema, &delivery.keys, true))
+                .await
+                .map_err(sql_error)?;
         } else {
             add_missing(conn, &D.quote(name), delivery, &existing).await?;
         }

@@ -269,7 +269,8 @@ async fn apply(tx: &Transaction<'_>, schema: &str, name: &str, delivery: &Delive
     let created = existing.is_empty();
     let mut altered = false;
     if created {
-        tx.batch_execute(&Dialect::Postgres.create_table(&table, &delivery.schema, keys, false))
+        // A stream's snapshot brings its source key in replace and append too.
+        tx.batch_execute(&Dialect::Postgres.create_table(&table, &delivery.schema, &delivery.keys, false))
             .await
             .map_err(sql_error)?;
     } else {

@@ -187,7 +187,8 @@ fn apply(conn: &Connection, name: &str, delivery: &Delivery) -> Result<()> {
     let existing = existing_columns(conn, name)?;
     let created = existing.is_empty();
     if created {
-        conn.execute_batch(&D.create_table(&table, &delivery.schema, keys, false)).map_err(sql_error)?;
+        // A stream's snapshot brings its source key in replace and append too.
+        conn.execute_batch(&D.create_table(&table, &delivery.schema, &delivery.keys, false)).map_err(sql_error)?;
     } else {
         for field in delivery.schema.fields().iter().filter(|f| !existing.contains(f.name())) {
             conn.execute_batch(&D.add_column(&table, field)).map_err(sql_error)?;

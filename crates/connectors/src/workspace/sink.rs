@@ -156,7 +156,7 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layou
                 history_ddl(conn, &write.table, change)?;
             }
         }
-        if write.snapshot.is_some_and(|s| s.clear) {
+        if write.snapshot.as_ref().is_some_and(|s| s.clear) {
             // A new copy of the table begins: what an earlier copy left goes.
             conn.execute_batch(&format!("DELETE FROM main.{table}")).map_err(db_error)?;
         }

@@ -212,7 +212,8 @@ fn delivery(
         sync: sync.name.clone(),
         run_id: run_id.to_string(),
         mode: sync.mode,
-        keys: sync.keys.clone(),
+        // Replace and append match no rows: their tables are created without a key.
+        keys: if sync.mode.keyed() { sync.keys.clone() } else { Vec::new() },
         schema,
         rows,
         deletes,

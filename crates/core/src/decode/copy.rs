@@ -55,6 +55,9 @@ impl Decoder {
         }
         let snapshot = builder.snapshot.get_or_insert_with(SnapshotWrite::default);
         snapshot.clear |= rows.clear;
+        if snapshot.keys.is_empty() {
+            snapshot.keys.clone_from(&rows.keys);
+        }
         let columns: Vec<usize> = rows.columns.iter().map(|(name, ty)| builder.column(name, *ty)).collect();
         let mut types: Vec<_> = columns.iter().map(|&i| builder.schema.columns()[i].ty).collect();
         for line in &rows.rows {
@@ -214,7 +217,7 @@ mod tests {
         let write = &out.tables[0];
         assert_eq!(write.table, "t");
         assert!(write.mirror.is_none(), "snapshot rows are appended, not merged");
-        assert!(write.snapshot.is_some_and(|s| s.clear));
+        assert!(write.snapshot.as_ref().is_some_and(|s| s.clear));
         let reasons: Vec<(Option<String>, String)> =
             out.rejects.iter().map(|r| (r.column.clone(), r.reason.to_string())).collect();
         assert_eq!(reasons.len(), 3, "{reasons:?}");

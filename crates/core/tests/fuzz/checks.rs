@@ -185,7 +185,7 @@ pub fn copy(data: &[u8]) {
     let short = out.rejects.iter().filter(|r| r.column.is_none()).count();
     assert!(out.rejects.iter().filter(|r| r.column.is_none()).all(|r| r.reason.contains("COPY row with")));
     let write = out.tables.first().expect("a snapshot always writes its table");
-    assert!(write.snapshot.is_some_and(|s| s.clear));
+    assert!(write.snapshot.as_ref().is_some_and(|s| s.clear));
     assert_eq!(write.data.num_rows(), lines.len() - short + usize::from(history), "{out:?}");
     assert!(write.data.num_columns() >= n);
 }
