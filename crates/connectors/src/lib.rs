@@ -6,6 +6,7 @@ pub mod http_api;
 pub mod http_push;
 pub mod kafka;
 pub mod kinesis;
+mod local_files;
 pub mod mysql;
 pub mod postgres;
 mod sql_table;
@@ -17,3 +18,5 @@ pub mod workspace;
 pub use delivery::DeliverySink;
 pub use stream::{SourceConfig, SourceContext, SourceHandle, StreamConfig, build_source, release_source, test_source};
 pub use sync::{DestinationConfig, Schedule, SyncConfig, build_destination};
+#[cfg(test)]
+mod test_rows;

@@ -6,21 +6,16 @@
 //! names that unit's number, so units a crash left in the stage after they were loaded are
 //! dropped on resume instead of loaded twice. A stop loads what is pending.
 
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use arrow::datatypes::SchemaRef;
-use arrow::ipc::reader::FileReader;
-use arrow::ipc::writer::FileWriter;
-use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Stamp, SyncMode};
 
 use super::coalesce::coalesce;
+use crate::local_files::{io_error, read_ipc, remove, write_ipc, write_json};
 use crate::stream::StageConfig;
 
 /// A unit in the stage, as its manifest records it.
@@ -75,31 +70,6 @@ struct State {
     pending: Option<Vec<Manifest>>,
     next_seq: u64,
     last_load_ms: f64,
-}
-
-fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
-    Error::new(ErrorKind::Fatal, format!("stage: cannot {what} {}: {e}", path.display()))
-}
-
-fn arrow_error(e: arrow::error::ArrowError) -> Error {
-    Error::new(ErrorKind::Fatal, "stage: Arrow IPC").with_source(e)
-}
-
-fn write_batches(path: &Path, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<()> {
-    let file = File::create(path).map_err(|e| io_error("create", path, e))?;
-    let mut writer = FileWriter::try_new(file, schema).map_err(arrow_error)?;
-    for batch in batches {
-        writer.write(batch).map_err(arrow_error)?;
-    }
-    writer.into_inner().map_err(arrow_error)?.sync_all().map_err(|e| io_error("sync", path, e))
-}
-
-fn read_batches(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let file = File::open(path).map_err(|e| io_error("open", path, e))?;
-    let reader = FileReader::try_new(file, None).map_err(arrow_error)?;
-    let schema = reader.schema();
-    let batches = reader.collect::<std::result::Result<Vec<_>, _>>().map_err(arrow_error)?;
-    Ok((schema, batches))
 }
 
 impl StagedDestination {
@@ -182,11 +152,8 @@ impl Shared {
         for path in files {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             // A part no manifest names: a unit cut short (or one just removed as loaded).
-            if !named.contains(&name)
-                && let Err(e) = std::fs::remove_file(&path)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                return Err(io_error("remove", &path, e));
+            if !named.contains(&name) {
+                remove(&path)?;
             }
         }
         manifests.sort_by_key(|m| m.seq);
@@ -202,14 +169,7 @@ impl Shared {
             paths.push(self.dir.join(&d.rows));
             paths.extend(d.deletes.as_ref().map(|n| self.dir.join(n)));
         }
-        for path in paths {
-            if let Err(e) = std::fs::remove_file(&path)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                return Err(io_error("remove", &path, e));
-            }
-        }
-        Ok(())
+        paths.iter().try_for_each(|path| remove(path))
     }
 
     /// Write one unit to the stage: its batches, then its manifest (renamed into place).
@@ -217,11 +177,11 @@ impl Shared {
         let mut staged = Vec::with_capacity(deliveries.len());
         for (i, d) in deliveries.iter().enumerate() {
             let rows = format!("{seq:012}-{i}-rows.arrow");
-            write_batches(&self.dir.join(&rows), &d.schema, &d.rows)?;
+            write_ipc(&self.dir.join(&rows), &d.schema, &d.rows)?;
             let deletes = match d.deletes.first() {
                 Some(first) => {
                     let name = format!("{seq:012}-{i}-deletes.arrow");
-                    write_batches(&self.dir.join(&name), &first.schema(), &d.deletes)?;
+                    write_ipc(&self.dir.join(&name), &first.schema(), &d.deletes)?;
                     Some(name)
                 }
                 None => None,
@@ -242,14 +202,7 @@ impl Shared {
             staged_us: chrono::Utc::now().timestamp_micros(),
             deliveries: staged,
         };
-        let path = self.dir.join(format!("{seq:012}.json"));
-        let tmp = self.dir.join(format!("{seq:012}.json.tmp"));
-        let bytes = serde_json::to_vec(&manifest)
-            .map_err(|e| Error::new(ErrorKind::Fatal, "stage: cannot encode a manifest").with_source(e))?;
-        let mut file = File::create(&tmp).map_err(|e| io_error("create", &tmp, e))?;
-        file.write_all(&bytes).and_then(|()| file.sync_all()).map_err(|e| io_error("write", &tmp, e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| io_error("rename", &tmp, e))?;
-        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| io_error("sync", &self.dir, e))?;
+        write_json(&self.dir, &format!("{seq:012}.json"), &manifest)?;
         Ok(manifest)
     }
 
@@ -258,9 +211,9 @@ impl Shared {
             .deliveries
             .iter()
             .map(|d| {
-                let (schema, rows) = read_batches(&self.dir.join(&d.rows))?;
+                let (schema, rows) = read_ipc(&self.dir.join(&d.rows))?;
                 let deletes = match &d.deletes {
-                    Some(name) => read_batches(&self.dir.join(name))?.1,
+                    Some(name) => read_ipc(&self.dir.join(name))?.1,
                     None => Vec::new(),
                 };
                 Ok(Delivery {
@@ -381,9 +334,9 @@ mod tests {
     use std::sync::Mutex;
 
     use arrow::array::Int64Array;
-    use arrow::datatypes::{DataType, Field, Schema};
 
     use super::*;
+    use crate::test_rows::unit;
 
     /// What the in-memory destination holds: ids written, its stamp, writes.
     type Held = (Vec<i64>, Option<String>, usize);
@@ -417,21 +370,6 @@ mod tests {
         async fn stamp(&mut self, _: &str) -> Result<Option<String>> {
             Ok(self.0.lock().unwrap().1.clone())
         }
-    }
-
-    fn unit(ids: &[i64]) -> Vec<Delivery> {
-        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(ids.to_vec()))]).unwrap();
-        vec![Delivery {
-            sync: "s".into(),
-            run_id: String::new(),
-            mode: SyncMode::Append,
-            keys: Vec::new(),
-            schema,
-            rows: vec![batch],
-            deletes: Vec::new(),
-            table: Some("t".into()),
-        }]
     }
 
     fn stamp(n: u64) -> Stamp {

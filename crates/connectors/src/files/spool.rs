@@ -6,16 +6,14 @@
 //! unit cut short by a crash) are removed on open.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use arrow::ipc::reader::FileReader;
-use arrow::ipc::writer::FileWriter;
 use arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sluice_core::{Error, ErrorKind, Result};
+
+use crate::local_files::{io_error, read_ipc, remove, write_ipc, write_json};
 
 /// One table's open file: the parts it is made of so far.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,14 +46,6 @@ struct State {
 pub(crate) struct Spool {
     dir: PathBuf,
     state: State,
-}
-
-fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
-    Error::new(ErrorKind::Fatal, format!("files spool: cannot {what} {}: {e}", path.display()))
-}
-
-fn arrow_error(e: arrow::error::ArrowError) -> Error {
-    Error::new(ErrorKind::Fatal, "files spool: Arrow IPC").with_source(e)
 }
 
 /// A fingerprint of a batch's columns (names, types, nullability).
@@ -138,26 +128,14 @@ impl Spool {
     }
 
     fn write_part(&self, name: &str, batches: &[RecordBatch]) -> Result<u64> {
-        let path = self.dir.join(name);
-        let file = File::create(&path).map_err(|e| io_error("create", &path, e))?;
-        let mut writer = FileWriter::try_new(file, &batches[0].schema()).map_err(arrow_error)?;
-        for batch in batches {
-            writer.write(batch).map_err(arrow_error)?;
-        }
-        let file = writer.into_inner().map_err(arrow_error)?;
-        file.sync_all().map_err(|e| io_error("sync", &path, e))?;
-        Ok(file.metadata().map_err(|e| io_error("stat", &path, e))?.len())
+        write_ipc(&self.dir.join(name), &batches[0].schema(), batches)
     }
 
     /// The rows of `table`'s open file.
     pub(crate) fn read(&self, table: &str) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::new();
         for part in self.state.tables.get(table).map(|t| t.parts.as_slice()).unwrap_or_default() {
-            let path = self.dir.join(part);
-            let file = File::open(&path).map_err(|e| io_error("open", &path, e))?;
-            for batch in FileReader::try_new(file, None).map_err(arrow_error)? {
-                out.push(batch.map_err(arrow_error)?);
-            }
+            out.extend(read_ipc(&self.dir.join(part))?.1);
         }
         Ok(out)
     }
@@ -167,27 +145,12 @@ impl Spool {
         let mut tables = self.state.tables.clone();
         let Some(file) = tables.remove(table) else { return Ok(()) };
         self.commit(State { seq: self.state.seq, checkpoint: self.state.checkpoint.clone(), tables })?;
-        for part in file.parts {
-            let path = self.dir.join(part);
-            if let Err(e) = std::fs::remove_file(&path)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                return Err(io_error("remove", &path, e));
-            }
-        }
-        Ok(())
+        file.parts.iter().try_for_each(|part| remove(&self.dir.join(part)))
     }
 
     /// Write `state` durably (temporary file, fsync, rename, fsync of the folder), then keep it.
     fn commit(&mut self, state: State) -> Result<()> {
-        let path = self.dir.join("state.json");
-        let tmp = self.dir.join("state.json.tmp");
-        let bytes = serde_json::to_vec(&state)
-            .map_err(|e| Error::new(ErrorKind::Fatal, "files spool: cannot encode the state").with_source(e))?;
-        let mut file = File::create(&tmp).map_err(|e| io_error("create", &tmp, e))?;
-        file.write_all(&bytes).and_then(|()| file.sync_all()).map_err(|e| io_error("write", &tmp, e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| io_error("rename", &tmp, e))?;
-        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| io_error("sync", &self.dir, e))?;
+        write_json(&self.dir, "state.json", &state)?;
         self.state = state;
         Ok(())
     }

@@ -202,26 +202,9 @@ impl Destination for FilesStream {
 
 #[cfg(test)]
 mod tests {
-    use arrow::array::Int64Array;
-    use arrow::datatypes::{DataType, Field, Schema};
-
     use super::*;
     use crate::files::FileFormat;
-
-    fn unit(ids: &[i64]) -> Vec<Delivery> {
-        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(ids.to_vec()))]).unwrap();
-        vec![Delivery {
-            sync: "s".into(),
-            run_id: String::new(),
-            mode: SyncMode::Append,
-            keys: Vec::new(),
-            schema,
-            rows: vec![batch],
-            deletes: Vec::new(),
-            table: Some("t".into()),
-        }]
-    }
+    use crate::test_rows::unit;
 
     fn files(dir: &Path) -> Vec<(String, String)> {
         let mut out = Vec::new();
