@@ -13,42 +13,6 @@ use crate::gcs::FakeGcs;
 use crate::harness::{DataDir, Server, wait_until};
 use crate::moto::{Moto, py};
 
-/// Push `pushes` bodies of 10 events (`id`, `amount`; a `coupon` from the half on) to stream
-/// `name`, each retried with its Idempotency-Key until accepted, at the server `base` points
-/// to (it changes across a restart).
-fn pusher(base: Arc<Mutex<String>>, name: &'static str, key: String, pushes: usize) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let http = crate::harness::client_builder().timeout(Duration::from_secs(30)).build().unwrap();
-        for p in 0..pushes {
-            let body: Vec<String> = (p * 10..p * 10 + 10)
-                .map(|i| {
-                    if p >= pushes / 2 {
-                        format!("{{\"id\": {i}, \"amount\": {}.5, \"coupon\": \"c{i}\"}}", i % 97)
-                    } else {
-                        format!("{{\"id\": {i}, \"amount\": {}.5}}", i % 97)
-                    }
-                })
-                .collect();
-            let body = body.join("\n");
-            loop {
-                let url = format!("{}/api/streams/{name}/push", base.lock().unwrap());
-                let sent = http
-                    .post(&url)
-                    .bearer_auth(&key)
-                    .header("Idempotency-Key", format!("push-{p}"))
-                    .body(body.clone())
-                    .send()
-                    .await;
-                if sent.is_ok_and(|r| r.status().as_u16() == 202) {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-}
-
 /// Every Parquet file under `prefix` in bucket `lake`, read with pyarrow: `files rows distinct
 /// coupons max_rows_per_file`.
 fn s3_parquet(moto: &Moto, prefix: &str) -> Vec<i64> {
@@ -85,7 +49,7 @@ async fn http_push_to_parquet_on_s3_rotated_by_rows_each_event_once_across_kill_
 
     const PUSHES: usize = 300;
     let base = Arc::new(Mutex::new(server.base.clone()));
-    let pushing = pusher(base.clone(), "f", key, PUSHES);
+    let pushing = crate::harness::push_orders(base.clone(), "f", key, PUSHES, 20);
     let threshold = 500 + (rand::random::<u64>() % 800) as i64;
     wait_until("rows in files on S3", Duration::from_secs(90), || async {
         s3_parquet(&moto, "events/")[1] >= threshold

@@ -54,39 +54,7 @@ async fn http_push_to_sqlite_exactly_once_across_kill_9_with_a_column_added_mid_
     const PUSHES: usize = 300;
     const TOTAL: i64 = (PUSHES * 10) as i64;
     let base = Arc::new(Mutex::new(server.base.clone()));
-    let pushing = {
-        let base = base.clone();
-        tokio::spawn(async move {
-            let http = crate::harness::client_builder().timeout(Duration::from_secs(30)).build().unwrap();
-            for p in 0..PUSHES {
-                let body: Vec<String> = (p * 10..p * 10 + 10)
-                    .map(|i| {
-                        if p >= PUSHES / 2 {
-                            format!("{{\"id\": {i}, \"amount\": {}.5, \"coupon\": \"c{i}\"}}", i % 97)
-                        } else {
-                            format!("{{\"id\": {i}, \"amount\": {}.5}}", i % 97)
-                        }
-                    })
-                    .collect();
-                let body = body.join("\n");
-                loop {
-                    let url = format!("{}/api/streams/o/push", base.lock().unwrap());
-                    let sent = http
-                        .post(&url)
-                        .bearer_auth(&key)
-                        .header("Idempotency-Key", format!("push-{p}"))
-                        .body(body.clone())
-                        .send()
-                        .await;
-                    if sent.is_ok_and(|r| r.status().as_u16() == 202) {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                tokio::time::sleep(Duration::from_millis(30)).await;
-            }
-        })
-    };
+    let pushing = crate::harness::push_orders(base.clone(), "o", key, PUSHES, 30);
     let threshold = 400 + (rand::random::<u64>() % 800) as i64;
     wait_until("events in the SQLite file", Duration::from_secs(60), || async { count(&db, "events") >= threshold })
         .await;

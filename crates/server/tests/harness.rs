@@ -238,3 +238,46 @@ pub fn client() -> reqwest::Client {
 pub fn client_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(5))
 }
+
+/// Push `pushes` bodies of 10 orders (`id`, `amount`; a `coupon` from the half on: a column
+/// added mid-stream) to stream `name`, `pause_ms` apart, each retried with its
+/// Idempotency-Key until accepted, at the server `base` points to (it changes across a
+/// restart).
+pub fn push_orders(
+    base: std::sync::Arc<std::sync::Mutex<String>>,
+    name: &'static str,
+    key: String,
+    pushes: usize,
+    pause_ms: u64,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let http = client_builder().timeout(Duration::from_secs(30)).build().unwrap();
+        for p in 0..pushes {
+            let body: Vec<String> = (p * 10..p * 10 + 10)
+                .map(|i| {
+                    if p >= pushes / 2 {
+                        format!("{{\"id\": {i}, \"amount\": {}.5, \"coupon\": \"c{i}\"}}", i % 97)
+                    } else {
+                        format!("{{\"id\": {i}, \"amount\": {}.5}}", i % 97)
+                    }
+                })
+                .collect();
+            let body = body.join("\n");
+            loop {
+                let url = format!("{}/api/streams/{name}/push", base.lock().unwrap());
+                let sent = http
+                    .post(&url)
+                    .bearer_auth(&key)
+                    .header("Idempotency-Key", format!("push-{p}"))
+                    .body(body.clone())
+                    .send()
+                    .await;
+                if sent.is_ok_and(|r| r.status().as_u16() == 202) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+        }
+    })
+}
