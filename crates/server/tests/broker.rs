@@ -193,6 +193,32 @@ pub async fn produce_bare(producer: &FutureProducer, topic: &str, values: &[Stri
     send(producer, topic, values, false).await;
 }
 
+/// Produce `total` orders (`id`, `amount`; a `coupon` from the half on: a column added
+/// mid-stream) to `topic` in bursts of `step`, `pause_ms` apart, without headers.
+pub fn produce_orders(
+    producer: FutureProducer,
+    topic: &'static str,
+    total: usize,
+    step: usize,
+    pause_ms: u64,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        for start in (0..total).step_by(step) {
+            let values: Vec<String> = (start..(start + step).min(total))
+                .map(|i| {
+                    if i >= total / 2 {
+                        format!("{{\"id\": {i}, \"amount\": {}.5, \"coupon\": \"c{i}\"}}", i % 97)
+                    } else {
+                        format!("{{\"id\": {i}, \"amount\": {}.5}}", i % 97)
+                    }
+                })
+                .collect();
+            produce_bare(&producer, topic, &values).await;
+            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+        }
+    })
+}
+
 async fn send(producer: &FutureProducer, topic: &str, values: &[String], headers: bool) {
     let mut acks = Vec::with_capacity(values.len());
     for (i, v) in values.iter().enumerate() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::broker::{Broker, produce_bare};
+use crate::broker::Broker;
 use crate::harness::{DataDir, Server, wait_until};
 use crate::postgres::Postgres;
 
@@ -40,21 +40,7 @@ async fn kafka_to_postgres_append_exactly_once_across_two_kill_9() {
     // 30,000 orders, over about six seconds; from the 15,000th on they carry a `coupon`: a column added mid-stream.
     const TOTAL: usize = 30_000;
     let producer = broker.producer(&[]);
-    let producing = tokio::spawn(async move {
-        for start in (0..TOTAL).step_by(500) {
-            let values: Vec<String> = (start..start + 500)
-                .map(|i| {
-                    if i >= TOTAL / 2 {
-                        format!("{{\"id\": {i}, \"amount\": {}.5, \"coupon\": \"c{i}\"}}", i % 97)
-                    } else {
-                        format!("{{\"id\": {i}, \"amount\": {}.5}}", i % 97)
-                    }
-                })
-                .collect();
-            produce_bare(&producer, "orders", &values).await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
+    let producing = crate::broker::produce_orders(producer, "orders", TOTAL, 500, 100);
     for round in 0..2 {
         let threshold = 4_000 * (round + 1) + (rand::random::<u64>() % 6_000) as i64;
         wait_until("rows in the destination", Duration::from_secs(120), || async { pg_count(&pg) >= threshold }).await;

@@ -8,7 +8,6 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::broker::Broker;
-use crate::broker::produce_bare;
 use crate::harness::{DataDir, Server, wait_until};
 use crate::postgres::Postgres;
 
@@ -39,21 +38,7 @@ async fn kafka_to_postgres_staged_exactly_once_across_two_kill_9_in_few_transact
 
     const TOTAL: usize = 20_000;
     let producer = broker.producer(&[]);
-    let producing = tokio::spawn(async move {
-        for start in (0..TOTAL).step_by(200) {
-            let values: Vec<String> = (start..start + 200)
-                .map(|i| {
-                    if i >= TOTAL / 2 {
-                        format!("{{\"id\": {i}, \"amount\": {}.5, \"coupon\": \"c{i}\"}}", i % 97)
-                    } else {
-                        format!("{{\"id\": {i}, \"amount\": {}.5}}", i % 97)
-                    }
-                })
-                .collect();
-            produce_bare(&producer, "orders", &values).await;
-            tokio::time::sleep(Duration::from_millis(120)).await;
-        }
-    });
+    let producing = crate::broker::produce_orders(producer, "orders", TOTAL, 200, 120);
     for round in 0..2 {
         let threshold = 3_000 * (round + 1) + (rand::random::<u64>() % 4_000) as i64;
         wait_until("rows in the destination", Duration::from_secs(120), || async {
