@@ -125,15 +125,17 @@ RUST_LOG=${SLUICE_LOG:-info} "$SLUICE_BIN" serve --data-dir "$DIR/sluice" --list
   >/dev/null 2>"$DIR/sluice.log" &
 SLUICE_PID=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$API/health" >/dev/null && break; sleep 0.1; done
+# Every /api route but push needs a token: the first start wrote the admin's into the data dir.
+AUTH="authorization: Bearer $(cat "$DIR/sluice/admin.token")"
 # curl and sed only while a run is timed: a Python per poll would take CPU from the run.
-metric() { curl -s "http://127.0.0.1:$API/api/streams/pg/metrics" | sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
+metric() { curl -s -H "$AUTH" "http://127.0.0.1:$API/api/streams/pg/metrics" | sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p"; }
 # A stream that fails restarts from its position: noted (its time is in the figures), and the
 # run stops only when it stays down for 60 s.
 touch "$DIR/restarts"
 down_since=""
 alive() {
   local body s
-  body=$(curl -s "http://127.0.0.1:$API/api/streams/pg/metrics")
+  body=$(curl -s -H "$AUTH" "http://127.0.0.1:$API/api/streams/pg/metrics")
   s=$(echo "$body" | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p')
   if [ "$s" = failed ] || [ "$s" = retrying ] || [ "$s" = reconnecting ]; then
     if [ -z "$down_since" ]; then
@@ -147,7 +149,7 @@ alive() {
   fi
 }
 cpu0=$(pg_cpu); scpu0=$(sluice_cpu); t0=$(now)
-curl -sf "http://127.0.0.1:$API/api/streams" -H 'content-type: application/json' -d "{\"name\": \"pg\", \"table\": \"items\",
+curl -sf -H "$AUTH" "http://127.0.0.1:$API/api/streams" -H 'content-type: application/json' -d "{\"name\": \"pg\", \"table\": \"items\",
   \"source\": {\"type\": \"postgres\", \"host\": \"127.0.0.1\", \"port\": $SRC_PORT, \"database\": \"src\", \"user\": \"etl\",
                \"password\": \"etl\", \"tables\": [\"public.items\"]${CHUNK:+, \"snapshot_chunk_rows\": $CHUNK}},
   \"destination\": {\"kind\": \"postgres\", \"host\": \"127.0.0.1\", \"port\": $DST_PORT, \"database\": \"dst\", \"user\": \"etl\",

@@ -18,10 +18,12 @@ copy_secs=$(calc "$t1 - $t0")
 RUST_LOG=${SLUICE_LOG:-info} "$CARGO_TARGET_DIR/release/sluice" serve --data-dir "$DIR/sluice" --listen "127.0.0.1:$API" >/dev/null 2>"$DIR/sluice.log" &
 SLUICE_PID=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$API/health" >/dev/null && break; sleep 0.1; done
+# Every /api route but push needs a token: the first start wrote the admin's into the data dir.
+AUTH="authorization: Bearer $(cat "$DIR/sluice/admin.token")"
 # curl and sed only: a Python per poll would take CPU from the run it measures.
-count() { curl -s "http://127.0.0.1:$API/api/sql" -H 'content-type: application/json' -d "{\"sql\": \"SELECT ($1)::VARCHAR AS v\"}" | sed -n 's/.*"v":"\([^"]*\)".*/\1/p'; }
+count() { curl -s -H "$AUTH" "http://127.0.0.1:$API/api/sql" -H 'content-type: application/json' -d "{\"sql\": \"SELECT ($1)::VARCHAR AS v\"}" | sed -n 's/.*"v":"\([^"]*\)".*/\1/p'; }
 t0=$(now)
-curl -sf "http://127.0.0.1:$API/api/streams" -H 'content-type: application/json' -d "{\"name\": \"pg\", \"table\": \"accounts\",
+curl -sf -H "$AUTH" "http://127.0.0.1:$API/api/streams" -H 'content-type: application/json' -d "{\"name\": \"pg\", \"table\": \"accounts\",
   \"source\": {\"type\": \"postgres\", \"host\": \"127.0.0.1\", \"port\": $PGPORT, \"database\": \"etltest\", \"user\": \"etl\",
   \"password\": \"etl\", \"tables\": [\"public.accounts\"], \"snapshot_chunk_rows\": ${CHUNK:-50000}}}" >/dev/null
 until [ "$(count 'SELECT count(*) FROM accounts' 2>/dev/null || echo 0)" -ge "$ROWS" ] 2>/dev/null; do sleep 0.05; done
@@ -37,7 +39,7 @@ t0=$(now)
 writer=$!
 max_lag=0
 while true; do
-  lag=$(curl -s "http://127.0.0.1:$API/api/streams/pg/metrics" | python3 -c 'import json,sys; print(int(json.load(sys.stdin)["source"].get("slot_lag_bytes", 0)))')
+  lag=$(curl -s -H "$AUTH" "http://127.0.0.1:$API/api/streams/pg/metrics" | python3 -c 'import json,sys; print(int(json.load(sys.stdin)["source"].get("slot_lag_bytes", 0)))')
   [ "$lag" -gt "$max_lag" ] && max_lag=$lag
   got=$(count 'SELECT sum(balance)::VARCHAR FROM accounts')
   if ! kill -0 $writer 2>/dev/null && [ "$got" = "$want" ]; then break; fi

@@ -11,13 +11,15 @@ source scripts/env.sh
 ROWS=${ROWS:-1000000}
 cargo build --release --locked -p sluice --quiet
 source scripts/services/bench-postgres-env.sh
-api() { curl -sf "http://127.0.0.1:$API$1" -H 'content-type: application/json' "${@:2}"; }
+api() { curl -sf -H "$AUTH" "http://127.0.0.1:$API$1" -H 'content-type: application/json' "${@:2}"; }
 field() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 count() { api /api/sql -d "{\"sql\": \"$1\"}" | python3 -c 'import json,sys; r=json.load(sys.stdin).get("rows") or [{}]; print(list(r[0].values())[0] if r[0] else 0)'; }
 
 "$CARGO_TARGET_DIR/release/sluice" serve --data-dir "$DIR/sluice" --listen "127.0.0.1:$API" >/dev/null 2>"$DIR/sluice.log" &
 SLUICE_PID=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$API/health" >/dev/null && break; sleep 0.1; done
+# Every /api route but push needs a token: the first start wrote the admin's into the data dir.
+AUTH="authorization: Bearer $(cat "$DIR/sluice/admin.token")"
 api /api/streams -d "{\"name\": \"pg\", \"table\": \"accounts\", \"source\": {\"type\": \"postgres\", \"host\": \"127.0.0.1\",
   \"port\": $PGPORT, \"database\": \"etltest\", \"user\": \"etl\", \"password\": \"etl\", \"tables\": [\"public.accounts\"]}}" >/dev/null
 until [ "$(count 'SELECT count(*) FROM accounts' 2>/dev/null || echo 0)" -ge "$ROWS" ] 2>/dev/null; do sleep 0.2; done

@@ -1,6 +1,7 @@
 //! `sluice`: one binary that moves data in real time.
 
 mod api;
+mod auth;
 mod bench;
 mod config;
 mod keys;
@@ -54,6 +55,8 @@ enum Command {
         config: Option<PathBuf>,
         #[command(flatten)]
         limits: serve::Limits,
+        #[command(flatten)]
+        access: serve::Access,
     },
     /// Run one read-only SELECT on the workspace and print a table.
     Sql {
@@ -62,7 +65,8 @@ enum Command {
         /// The running server to ask.
         #[arg(long, default_value = DEFAULT_LISTEN)]
         server: SocketAddr,
-        /// The workspace to open when no server answers.
+        /// The workspace to open when no server answers; its `admin.token` is sent to the
+        /// server unless `SLUICE_TOKEN` is set.
         #[arg(long, default_value = "./sluice-data")]
         data_dir: PathBuf,
         /// Print JSON rows instead of a table.
@@ -79,6 +83,9 @@ enum Command {
         /// The running server to ask.
         #[arg(long, global = true, default_value = DEFAULT_LISTEN)]
         server: SocketAddr,
+        /// The server's data dir, whose `admin.token` is sent unless `SLUICE_TOKEN` is set.
+        #[arg(long, global = true, default_value = "./sluice-data")]
+        data_dir: PathBuf,
     },
     /// Measure push throughput and latency against DuckDB's own JSON load.
     Bench(bench::BenchArgs),
@@ -108,11 +115,13 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve { data_dir, listen, config, limits } => serve::run(data_dir, listen, config, limits).await,
+            Command::Serve { data_dir, listen, config, limits, access } => {
+                serve::run(data_dir, listen, config, limits, access).await
+            }
             Command::Sql { sql, server, data_dir, json, limit } => {
                 query_cli::run(&sql, server, &data_dir, json, limit).await
             }
-            Command::Sync { command, server } => sync_cli::run(command, server).await,
+            Command::Sync { command, server, data_dir } => sync_cli::run(command, server, &data_dir).await,
             Command::Bench(args) => bench::run(args).await,
             Command::BenchKafka(args) => bench::kafka::run(args).await,
             Command::BenchKinesis(args) => bench::kinesis::run(args).await,

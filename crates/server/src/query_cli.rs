@@ -1,11 +1,14 @@
 //! `sluice sql`: ask the running server, or open the workspace read-only when none answers.
 //! Through the server, the API's rules apply (internal tables hidden, time and size limits);
-//! without one, the operator reads their own file: every table, no time limit.
+//! without one, the operator reads their own file: every table, no time limit. The server is
+//! sent `SLUICE_TOKEN`, or else the data dir's `admin.token`.
 
 use std::net::SocketAddr;
 use std::path::Path;
 
 use comfy_table::Table;
+
+use crate::auth;
 use serde_json::{Map, Value, json};
 use sluice_connectors::workspace::{QueryLimits, Workspace, query_connection};
 
@@ -21,7 +24,7 @@ struct Rows {
 
 /// Run one statement and print the rows.
 pub async fn run(sql: &str, server: SocketAddr, data_dir: &Path, as_json: bool, limit: usize) -> Result<(), String> {
-    let result = match ask_server(sql, server, limit).await? {
+    let result = match ask_server(sql, server, data_dir, limit).await? {
         Some(result) => result,
         None => {
             let conn = Workspace::open_read_only(data_dir).map_err(|e| e.to_string())?;
@@ -43,16 +46,22 @@ pub async fn run(sql: &str, server: SocketAddr, data_dir: &Path, as_json: bool, 
 }
 
 /// `Ok(None)` when no server listens.
-async fn ask_server(sql: &str, server: SocketAddr, limit: usize) -> Result<Option<Rows>, String> {
-    let client = reqwest::Client::new();
-    let response =
-        match client.post(format!("http://{server}/api/sql")).json(&json!({"sql": sql, "limit": limit})).send().await {
-            Ok(r) => r,
-            Err(e) if e.is_connect() => return Ok(None),
-            Err(e) => return Err(format!("server at {server}: {e}")),
-        };
+async fn ask_server(sql: &str, server: SocketAddr, data_dir: &Path, limit: usize) -> Result<Option<Rows>, String> {
+    let mut request =
+        reqwest::Client::new().post(format!("http://{server}/api/sql")).json(&json!({"sql": sql, "limit": limit}));
+    if let Some(token) = auth::setup::cli_token(data_dir) {
+        request = request.bearer_auth(token);
+    }
+    let response = match request.send().await {
+        Ok(r) => r,
+        Err(e) if e.is_connect() => return Ok(None),
+        Err(e) => return Err(format!("server at {server}: {e}")),
+    };
     let status = response.status();
     let body: Value = response.json().await.map_err(|e| format!("server at {server}: {e}"))?;
+    if status == reqwest::StatusCode::UNAUTHORIZED {
+        return Err(auth::setup::cli_hint(data_dir));
+    }
     if !status.is_success() {
         return Err(body["error"].as_str().unwrap_or("query failed").to_string());
     }

@@ -9,6 +9,7 @@ use sluice_connectors::workspace::Workspace;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState, SqlLimits};
+use crate::auth::{Auth, AuthSettings};
 use crate::config::FileConfig;
 use crate::keys;
 use crate::supervisor::{SaveError, Supervisor};
@@ -31,10 +32,31 @@ pub struct Limits {
     pub push_memory_mb: usize,
 }
 
+/// Who may call the API (see `auth`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Access {
+    /// How long a login's access token (JWT) is valid, in seconds; refresh it at
+    /// `/api/auth/refresh`.
+    #[arg(long, default_value_t = 600)]
+    pub access_token_seconds: u64,
+    /// Serve `/metrics` (Prometheus) without a token.
+    #[arg(long)]
+    pub open_metrics: bool,
+}
+
 /// Run until SIGINT or SIGTERM.
-pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>, limits: Limits) -> Result<(), String> {
+pub async fn run(
+    data_dir: PathBuf,
+    listen: SocketAddr,
+    config: Option<PathBuf>,
+    limits: Limits,
+    access: Access,
+) -> Result<(), String> {
     if limits.sql_timeout_ms == 0 || limits.sql_max_result_bytes == 0 {
         return Err("--sql-timeout-ms and --sql-max-result-bytes must be above 0".into());
+    }
+    if access.access_token_seconds == 0 {
+        return Err("--access-token-seconds must be above 0".into());
     }
     // A bad config fails before anything is opened or created.
     let declared = match &config {
@@ -43,6 +65,12 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>,
     };
     let workspace = Workspace::open(&data_dir).map_err(|e| e.to_string())?;
     keys::init(workspace.push_key_pepper().map_err(|e| e.to_string())?);
+    let settings = AuthSettings {
+        access_token_lifetime: Duration::from_secs(access.access_token_seconds),
+        open_metrics: access.open_metrics,
+    };
+    let auth = Auth::open(&workspace, settings).await.map_err(|e| e.to_string())?;
+    crate::auth::setup::first_start(&auth, &data_dir).await.map_err(|e| e.to_string())?;
     let supervisor = Supervisor::new(workspace.clone());
     supervisor.start_stored().await.map_err(|e| e.to_string())?;
     let syncs = Syncs::new(workspace.registry().clone(), workspace.planner().clone());
@@ -69,7 +97,8 @@ pub async fn run(data_dir: PathBuf, listen: SocketAddr, config: Option<PathBuf>,
     };
     let push_budget = api::PushBudget::new(limits.push_memory_mb << 20);
     let query = workspace.sql().clone();
-    let app = api::router(AppState { supervisor: supervisor.clone(), syncs: syncs.clone(), push_budget, sql, query });
+    let app =
+        api::router(AppState { supervisor: supervisor.clone(), syncs: syncs.clone(), push_budget, sql, query, auth });
     // On a signal, running queries are interrupted (their requests answer 503) so that the
     // graceful shutdown, which waits for requests in flight, ends promptly.
     let signal = async move {

@@ -155,29 +155,27 @@ impl Syncs {
     /// overlap: a second one waits for the first.
     pub async fn start(&self, name: &str, trigger: &str) -> Result<String> {
         let entry = self.get(name).await.ok_or_else(|| Error::new(ErrorKind::Config, format!("no sync '{name}'")))?;
-        let id = format!("run_{:016x}", rand::random::<u64>());
-        let record = RunRecord {
-            id: id.clone(),
-            sync: name.to_string(),
-            trigger: trigger.to_string(),
-            status: "running".into(),
-            started_at: chrono::Utc::now().to_rfc3339(),
-            finished_at: None,
-            duration_ms: None,
-            rows_sent: None,
-            inserted: None,
-            updated: None,
-            deleted: None,
-            detect_ms: None,
-            error: None,
-        };
+        let record = new_run(name, trigger);
+        let id = record.id.clone();
         self.registry.run_started(record.clone()).await?;
+        self.launch(entry, record);
+        Ok(id)
+    }
+
+    /// Start a run already recorded as `running` (one an editor approved), in the background.
+    pub async fn start_recorded(&self, record: RunRecord) -> Result<()> {
+        let name = &record.sync;
+        let entry = self.get(name).await.ok_or_else(|| Error::new(ErrorKind::Config, format!("no sync '{name}'")))?;
+        self.launch(entry, record);
+        Ok(())
+    }
+
+    fn launch(&self, entry: Arc<SyncEntry>, record: RunRecord) {
         let this = self.clone();
         tokio::spawn(async move {
             let _running = entry.running.lock().await;
             this.execute(&entry.config, record).await;
         });
-        Ok(id)
     }
 
     /// Wait until a run has ended, or `timeout` passes; the record as it then stands.
@@ -271,6 +269,25 @@ impl Syncs {
         for entry in self.entries.read().await.values() {
             entry.schedule.cancel();
         }
+    }
+}
+
+/// A new run's record: `running`, started now.
+pub fn new_run(sync: &str, trigger: &str) -> RunRecord {
+    RunRecord {
+        id: format!("run_{:016x}", rand::random::<u64>()),
+        sync: sync.to_string(),
+        trigger: trigger.to_string(),
+        status: "running".into(),
+        started_at: chrono::Utc::now().to_rfc3339(),
+        finished_at: None,
+        duration_ms: None,
+        rows_sent: None,
+        inserted: None,
+        updated: None,
+        deleted: None,
+        detect_ms: None,
+        error: None,
     }
 }
 

@@ -114,13 +114,17 @@ async fn sql_is_read_only_and_cli_prints_tables() {
     let port = server.base.rsplit(':').next().unwrap().to_string();
     let out = Command::new(BIN)
         .args(["sql", "--server", &format!("127.0.0.1:{port}"), "SELECT id, name FROM t ORDER BY id"])
+        .env("SLUICE_TOKEN", &server.token)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("grace") && text.contains("(2 rows)"), "{text}");
-    let out =
-        Command::new(BIN).args(["sql", "--server", &format!("127.0.0.1:{port}"), "DROP TABLE t"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["sql", "--server", &format!("127.0.0.1:{port}"), "DROP TABLE t"])
+        .env("SLUICE_TOKEN", &server.token)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
 
     // Without a server the CLI opens the workspace itself.

@@ -30,7 +30,11 @@ impl Drop for DataDir {
 pub struct Server {
     pub child: Child,
     pub base: String,
+    /// A client that sends the admin token (`admin.token`, written at the first start) with
+    /// every request; a request's own `Authorization` (a push key) takes its place.
     pub http: reqwest::Client,
+    /// The data dir's admin API token.
+    pub token: String,
 }
 
 fn free_port() -> u16 {
@@ -66,8 +70,15 @@ impl Server {
 
     /// Start with debug logs written to `log`, so a test can search them.
     pub async fn start_logged(dir: &Path, log: &Path) -> Self {
+        Self::start_logged_env(dir, log, &[]).await
+    }
+
+    /// [`Self::start_logged`] with extra environment variables.
+    pub async fn start_logged_env(dir: &Path, log: &Path, env: &[(&str, &str)]) -> Self {
         let file = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-        Self::spawn(dir, &["--log-format", "json"], &[("SLUICE_TEST_LOG", "debug")], Stdio::from(file)).await
+        let mut env = env.to_vec();
+        env.push(("SLUICE_TEST_LOG", "debug"));
+        Self::spawn(dir, &["--log-format", "json"], &env, Stdio::from(file)).await
     }
 
     async fn spawn(dir: &Path, extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Self {
@@ -89,16 +100,18 @@ impl Server {
             .stderr(stderr)
             .spawn()
             .expect("spawn sluice");
-        let server = Self { child, base: format!("http://{listen}"), http: client() };
-        let http = server.http.clone();
-        let health = format!("{}/health", server.base);
+        let base = format!("http://{listen}");
+        let http = client();
+        let health = format!("{base}/health");
         wait_until("the server to answer", Duration::from_secs(30), || {
             let http = http.clone();
             let health = health.clone();
             async move { http.get(&health).send().await.is_ok_and(|r| r.status().is_success()) }
         })
         .await;
-        server
+        // The first start writes the token before the server listens.
+        let token = std::fs::read_to_string(dir.join("admin.token")).unwrap_or_default().trim().to_string();
+        Self { child, base, http: client_with_token(&token), token }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -237,6 +250,22 @@ pub fn client() -> reqwest::Client {
 
 pub fn client_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(5))
+}
+
+/// [`client`] that sends `token` as a bearer token with every request (none when empty).
+pub fn client_with_token(token: &str) -> reqwest::Client {
+    token_builder(token).build().unwrap()
+}
+
+/// [`client_builder`] that sends `token` as a bearer token with every request.
+pub fn token_builder(token: &str) -> reqwest::ClientBuilder {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if !token.is_empty() {
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).unwrap();
+        value.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    client_builder().default_headers(headers)
 }
 
 /// Push `pushes` bodies of 10 orders (`id`, `amount`; a `coupon` from the half on: a column

@@ -11,6 +11,7 @@ mod moto;
 mod postgres;
 
 mod api;
+mod auth;
 mod crash;
 mod debezium_capture;
 mod debezium_fidelity;

@@ -72,7 +72,7 @@ async fn error_statuses_say_what_to_fix() {
         .await;
     let push_url = server.url("/api/streams/s/push");
 
-    let r = server.http.post(&push_url).body("{}").send().await.unwrap();
+    let r = crate::harness::client().post(&push_url).body("{}").send().await.unwrap();
     assert_eq!(r.status(), 401);
     assert!(r.json::<serde_json::Value>().await.unwrap()["error"].as_str().unwrap().contains("Authorization"));
     let (status, body) = server.push("s", "sk_wrong", "{}").await;

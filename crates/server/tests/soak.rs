@@ -106,9 +106,9 @@ async fn soak_pushers_kills_patches_and_bad_events_lose_nothing() {
         }));
     }
     {
-        let (base, stop) = (base.clone(), stop.clone());
+        let (base, stop, token) = (base.clone(), stop.clone(), first.token.clone());
         tasks.push(tokio::spawn(async move {
-            let http = crate::harness::client();
+            let http = crate::harness::client_with_token(&token);
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 i += 1;

@@ -58,6 +58,7 @@ async fn sql_hides_internal_tables_but_not_the_ledger() {
     let port = server.base.rsplit(':').next().unwrap().to_string();
     let out = Command::new(BIN)
         .args(["sql", "--server", &format!("127.0.0.1:{port}"), "SELECT key_hash FROM sluice.streams"])
+        .env("SLUICE_TOKEN", &server.token)
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -112,7 +112,7 @@ async fn sql_client_that_leaves_frees_the_server() {
     let dir = DataDir::new("sql-leave");
     let server = Server::start(&dir.0).await;
     let pid = server.child.id();
-    let impatient = reqwest::Client::builder().timeout(Duration::from_millis(1500)).build().unwrap();
+    let impatient = crate::harness::token_builder(&server.token).timeout(Duration::from_millis(1500)).build().unwrap();
     let left = impatient.post(server.url("/api/sql")).json(&json!({"sql": ENDLESS})).send().await;
     assert!(left.is_err_and(|e| e.is_timeout()), "the client gave up");
     // Without the interrupt the query would go on for the whole time limit (30 s) on every core.

@@ -4,10 +4,13 @@
 //! [`Workspace`] opens the file and hands out one value per role, each over the same shared
 //! handle (`db::Db`) and each with its own small API: [`WorkspaceSink`] (`sink.rs`,
 //! `mirror.rs`), [`WorkspaceState`] (`state.rs`, `replay.rs`), [`Registry`] (`registry.rs`,
-//! `runs.rs`, with `secrets.rs`), [`SyncPlanner`] (`sync_plan.rs`) and [`Query`] (`query.rs`,
+//! `runs.rs`, `approvals.rs`, with `secrets.rs`), [`Accounts`] (`accounts.rs`: users and
+//! tokens), [`SyncPlanner`] (`sync_plan.rs`) and [`Query`] (`query.rs`,
 //! `access.rs`, `control.rs`).
 
 mod access;
+mod accounts;
+mod approvals;
 mod control;
 mod db;
 mod mirror;
@@ -27,6 +30,8 @@ use async_trait::async_trait;
 use duckdb::{AccessMode, Config, Connection};
 use sluice_core::{Checkpoint, Error, ErrorKind, Result, Sink, StateStore, TableSchema, WriteUnit};
 
+pub use accounts::{Accounts, StoredToken, StoredUser, UserChange};
+pub use approvals::AWAITING_APPROVAL;
 pub use db::quote;
 pub use query::{Query, QueryError, QueryErrorKind, QueryLimits, QueryResult, query_connection};
 pub use registry::{Registry, StoredStream, StoredSync};
@@ -80,6 +85,7 @@ pub struct Workspace {
     sink: WorkspaceSink,
     state: WorkspaceState,
     registry: Registry,
+    accounts: Accounts,
     planner: SyncPlanner,
     sql: Query,
     secrets: Arc<secrets::SecretFile>,
@@ -94,6 +100,7 @@ impl Workspace {
         let path = dir.join("workspace.duckdb");
         let conn = Connection::open(&path).map_err(|e| open_error(&path, e))?;
         conn.execute_batch(BOOTSTRAP).map_err(db_error)?;
+        conn.execute_batch(accounts::BOOTSTRAP).map_err(db_error)?;
         // DuckDB checkpoints the WAL into the database file when it reaches this size, and a
         // checkpoint holds up commits for as long as it runs. Measured with `sluice bench`:
         // 16 MB checkpoints so often that pushes queue (p99 760 ms at 50k events/s); 256 MB
@@ -115,6 +122,7 @@ impl Workspace {
             sink,
             state: WorkspaceState::new(db.clone()),
             registry: Registry::new(db.clone(), secrets.clone()),
+            accounts: Accounts::new(db.clone()),
             planner: SyncPlanner::new(db.clone()),
             sql: Query::new(db.clone()),
             db,
@@ -150,6 +158,11 @@ impl Workspace {
         &self.registry
     }
 
+    /// The users and API tokens (their hashes).
+    pub fn accounts(&self) -> &Accounts {
+        &self.accounts
+    }
+
     /// The syncs' planner: their queries and row hashes.
     pub fn planner(&self) -> &SyncPlanner {
         &self.planner
@@ -178,6 +191,12 @@ impl Workspace {
     /// `secret.key`), so a copy of the database alone does not allow guessing keys offline.
     pub fn push_key_pepper(&self) -> Result<[u8; 32]> {
         self.secrets.derive("sluice push key hashes v1")
+    }
+
+    /// A 32-byte key for `purpose` (a fixed label), derived from the secrets key like
+    /// [`Self::push_key_pepper`]: for signing access tokens and keying token hashes.
+    pub fn derived_key(&self, purpose: &str) -> Result<[u8; 32]> {
+        self.secrets.derive(purpose)
     }
 
     /// The database file.

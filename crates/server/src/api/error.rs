@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use sluice_core::{Error, ErrorKind};
 
+use crate::auth::AuthError;
 use crate::supervisor::SaveError;
 
 /// An API error.
@@ -74,6 +75,24 @@ impl From<SaveError> for ApiError {
         match e {
             SaveError::TableTaken { .. } => Self::new(StatusCode::CONFLICT, e.to_string()),
             SaveError::Failed(e) => e.into(),
+        }
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::Store(e) => e.into(),
+            AuthError::Refused(_) => Self::new(StatusCode::UNAUTHORIZED, e.to_string()),
+            AuthError::Locked(left) => Self::new(StatusCode::TOO_MANY_REQUESTS, e.to_string())
+                .with_retry_after(left.as_secs().clamp(1, u64::from(u32::MAX)) as u32),
+            AuthError::Invalid(_) => Self::new(StatusCode::BAD_REQUEST, e.to_string()),
+            AuthError::Conflict(_) => Self::new(StatusCode::CONFLICT, e.to_string()),
+            AuthError::NotFound(_) => Self::new(StatusCode::NOT_FOUND, e.to_string()),
+            AuthError::Crypto(_) => {
+                tracing::error!(error = %e, "Credentials failed.");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+            }
         }
     }
 }

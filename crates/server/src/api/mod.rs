@@ -1,5 +1,6 @@
 //! The HTTP API: one router, one file per resource, one error type.
 
+mod accounts;
 mod error;
 mod metrics;
 mod push;
@@ -13,6 +14,7 @@ use axum::routing::{get, post};
 
 use sluice_connectors::workspace::Query;
 
+use crate::auth::Auth;
 use crate::syncs::Syncs;
 
 use crate::supervisor::{Lookup, RunningStream, Supervisor};
@@ -33,6 +35,8 @@ pub struct AppState {
     pub sql: SqlLimits,
     /// Read-only SQL on the workspace, for `/api/sql`.
     pub query: Query,
+    /// Users and tokens: who may call which route.
+    pub auth: Auth,
 }
 
 /// A running stream by name: 404 when there is none, 503 while it restarts.
@@ -59,11 +63,24 @@ pub fn router(state: AppState) -> Router {
         .route("/api/syncs/{id}/preview", get(syncs::preview))
         .route("/api/syncs/{id}/reset", post(syncs::reset))
         .route("/api/runs/{run_id}", get(syncs::run_status))
+        .route("/api/runs/{run_id}/approve", post(syncs::approve))
+        .route("/api/runs/{run_id}/reject", post(syncs::reject))
+        .route("/api/auth/login", post(accounts::login))
+        .route("/api/auth/refresh", post(accounts::refresh))
+        .route("/api/auth/logout", post(accounts::logout))
+        .route("/api/auth/me", get(accounts::me))
+        .route("/api/users", get(accounts::users).post(accounts::create_user))
+        .route("/api/users/{name}", get(accounts::user).patch(accounts::patch_user).delete(accounts::delete_user))
+        .route("/api/tokens", get(accounts::tokens).post(accounts::create_token))
+        .route("/api/tokens/{id}", axum::routing::delete(accounts::delete_token))
         .route("/api/sql", post(sql::query))
         .route("/api/metrics", get(metrics::all))
         .route("/metrics", get(metrics::prometheus))
         .route("/health", get(|| async { "ok" }))
-        .layer(axum::middleware::from_fn(crate::listener::read_body_in_time));
-    // The push route enforces each stream's own body limit and its own timeout while reading.
+        .layer(axum::middleware::from_fn(crate::listener::read_body_in_time))
+        // After routing, so the guard sees the matched route (`/api/streams/{id}`).
+        .route_layer(axum::middleware::from_fn_with_state(state.auth.clone(), crate::auth::guard::require));
+    // The push route enforces each stream's own body limit and its own timeout while reading,
+    // and checks its stream's push key instead of a user's or API token.
     api.route("/api/streams/{id}/push", post(push::push).layer(DefaultBodyLimit::disable())).with_state(state)
 }

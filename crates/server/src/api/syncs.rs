@@ -2,15 +2,17 @@
 
 use std::time::Duration;
 
-use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sluice_connectors::SyncConfig;
 
 use super::{ApiError, AppState};
+use crate::auth::approvals::{self, Decision};
+use crate::auth::{Principal, Role};
 use crate::syncs::SyncEntry;
 
 fn describe(entry: &SyncEntry) -> Value {
@@ -123,13 +125,25 @@ pub struct RunOptions {
 }
 
 /// `POST /api/syncs/{id}/runs`: starts a run; 202 with its id, or its record when waited on.
+/// An agent's run is recorded as `awaiting_approval` and answered at once: it sends nothing
+/// until an editor approves it.
 pub async fn run(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Query(options): Query<RunOptions>,
+    principal: Option<Extension<Principal>>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     if state.syncs.get(&id).await.is_none() {
         return Err(no_sync(&id));
+    }
+    if let Some(Extension(agent)) = principal.filter(|p| p.role == Role::Agent) {
+        let record = approvals::request(&state.syncs, &id, &agent.name).await?;
+        let run_id = record.id;
+        return Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "run_id": run_id, "status": record.status, "url": format!("/api/runs/{run_id}"),
+                         "approve": format!("/api/runs/{run_id}/approve") })),
+        ));
     }
     let trigger = match options.trigger.as_deref() {
         None | Some("api") => "api",
@@ -204,4 +218,46 @@ pub async fn reset(State(state): State<AppState>, Path(id): Path<String>) -> Res
     }
     state.syncs.planner().reset(&id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /api/runs/{run_id}/approve[?wait_seconds=N]`: start a run that waits for approval;
+/// 202 with its id, or its record when waited on. 409 when it is not waiting.
+pub async fn approve(
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    Query(options): Query<RunOptions>,
+    Extension(principal): Extension<Principal>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let record = decided(approvals::approve(&state.syncs, &run_id, &principal.name).await?, &run_id)?;
+    match options.wait_seconds {
+        Some(seconds) => {
+            let record = state.syncs.wait(&run_id, Duration::from_secs(seconds.min(3600))).await?;
+            Ok((StatusCode::OK, Json(json!(record))))
+        }
+        None => Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "run_id": run_id, "status": record.status, "url": format!("/api/runs/{run_id}") })),
+        )),
+    }
+}
+
+/// `POST /api/runs/{run_id}/reject`: end a run that waits for approval without sending
+/// anything. 409 when it is not waiting.
+pub async fn reject(
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    Extension(principal): Extension<Principal>,
+) -> Result<Json<Value>, ApiError> {
+    let record = decided(approvals::reject(&state.syncs, &run_id, &principal.name).await?, &run_id)?;
+    Ok(Json(json!(record)))
+}
+
+fn decided(decision: Decision, run_id: &str) -> Result<sluice_connectors::workspace::RunRecord, ApiError> {
+    match decision {
+        Decision::Done(record) => Ok(*record),
+        Decision::Missing => Err(ApiError::new(StatusCode::NOT_FOUND, format!("no run '{run_id}'"))),
+        Decision::NotWaiting(status) => {
+            Err(ApiError::new(StatusCode::CONFLICT, format!("run '{run_id}' is {status}, not awaiting approval")))
+        }
+    }
 }

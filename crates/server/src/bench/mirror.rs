@@ -73,7 +73,7 @@ pub async fn run(args: MirrorBenchArgs) -> Result<(), String> {
     let dir = std::env::temp_dir().join(format!("sluice-bench-mirror-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let server = ServerProcess::start(&dir).await?;
-    let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().map_err(|e| e.to_string())?;
+    let http = server.client()?;
     let created = server
         .create(
             &http,

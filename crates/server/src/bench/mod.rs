@@ -84,7 +84,7 @@ async fn bench(args: &BenchArgs, dir: &Path) -> Result<Report, String> {
     drop(std::fs::remove_file(&json_path));
 
     let server = ServerProcess::start(&dir.join("sluice-data")).await?;
-    let http = reqwest::Client::builder().pool_max_idle_per_host(64).build().map_err(|e| e.to_string())?;
+    let http = server.client()?;
     let destination = args
         .destination
         .as_deref()
@@ -216,7 +216,7 @@ async fn time_stream(
     let dir = std::env::temp_dir().join(format!("sluice-bench-{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let server = ServerProcess::start(&dir).await?;
-    let http = reqwest::Client::new();
+    let http = server.client()?;
     let t = Instant::now();
     let mut config = json!({"name": "bench", "table": "bench", "source": source});
     let secs = if let Some(destination) = destination {
@@ -240,6 +240,8 @@ async fn time_stream(
 struct ServerProcess {
     child: Child,
     base: String,
+    /// The admin token the first start wrote into the data dir.
+    token: String,
 }
 
 impl ServerProcess {
@@ -255,7 +257,7 @@ impl ServerProcess {
             .stdout(Stdio::null())
             .spawn()
             .map_err(|e| e.to_string())?;
-        let server = Self { child, base: format!("http://127.0.0.1:{port}") };
+        let mut server = Self { child, base: format!("http://127.0.0.1:{port}"), token: String::new() };
         let deadline = Instant::now() + Duration::from_secs(30);
         while reqwest::get(format!("{}/health", server.base)).await.is_err() {
             if Instant::now() > deadline {
@@ -263,7 +265,20 @@ impl ServerProcess {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        server.token = crate::auth::setup::cli_token(data_dir).ok_or("the server wrote no admin token")?;
         Ok(server)
+    }
+
+    /// A client that sends the admin token (a push's own key header takes its place).
+    fn client(&self) -> Result<reqwest::Client, String> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        let bearer = format!("Bearer {}", self.token).parse().map_err(|_| "the admin token is not a header value")?;
+        headers.insert(reqwest::header::AUTHORIZATION, bearer);
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .default_headers(headers)
+            .build()
+            .map_err(|e| e.to_string())
     }
 
     fn push_url(&self, stream: &str) -> String {
