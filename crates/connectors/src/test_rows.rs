@@ -21,5 +21,6 @@ pub(crate) fn unit(ids: &[i64]) -> Vec<Delivery> {
         rows: vec![batch],
         deletes: Vec::new(),
         table: Some("t".into()),
+        copy: None,
     }]
 }

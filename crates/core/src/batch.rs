@@ -64,6 +64,9 @@ pub struct SnapshotWrite {
     pub clear: bool,
     /// The source table's key columns: a destination creates the table with them as its key.
     pub keys: Vec<String>,
+    /// The last rows of the table's copy: a destination that loaded the copy without its key
+    /// (see [`crate::CopyPhase`]) adds the key now.
+    pub complete: bool,
 }
 
 /// What the rows of a mirrored table's write mean, one entry per row.
@@ -222,6 +225,8 @@ pub struct CopyRows {
     pub table: String,
     /// The first rows of a new copy of the table: what the destination held is removed first.
     pub clear: bool,
+    /// The last rows of the table's copy.
+    pub last: bool,
     /// The rows, one `COPY` data message (one line, newline included) each, as received.
     pub rows: Vec<bytes::Bytes>,
 }

@@ -31,5 +31,5 @@ pub use schema::{ColumnType, TableSchema};
 pub use secret::Secret;
 pub use sink::{Sink, StateStore};
 pub use source::{ChunkReport, RejectedEvent, Source};
-pub use sync::{Delivery, Destination, Stamp, SyncMode};
+pub use sync::{CopyPhase, Delivery, Destination, Stamp, SyncMode};
 pub use sync_run::{Planner, RunCounts, SyncPlan, SyncSpec};

@@ -43,6 +43,18 @@ impl fmt::Display for SyncMode {
     }
 }
 
+/// Where a stream's snapshot copy of a table stands. Loading the rows into a table without
+/// its key and building the key once at the end is cheaper than keeping an index up row by
+/// row (what `pg_dump` does); a destination that can add a key later may do so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CopyPhase {
+    /// More rows of the copy follow.
+    Copying,
+    /// These are the copy's last rows: the table gets its key now.
+    Complete,
+}
+
 /// Everything one run sends.
 #[derive(Debug, Clone)]
 pub struct Delivery {
@@ -63,6 +75,8 @@ pub struct Delivery {
     /// The table, where the writer names it (a stream's routed table); `None`: the one the
     /// destination is configured with.
     pub table: Option<String>,
+    /// Rows of a stream's snapshot copy (`keys` are then the source table's key).
+    pub copy: Option<CopyPhase>,
 }
 
 /// Where a writer stands, kept by the destination in the same transaction as the rows it

@@ -245,6 +245,7 @@ mod tests {
                 rows: vec![rows],
                 deletes: vec![deletes],
                 table: None,
+                copy: None,
             },
             counts: RunCounts { total: 5, inserted: 1, updated: 2, deleted: 1, detect_ms: 7 },
             is_new: vec![BooleanArray::from(vec![true, false, false])],

@@ -30,8 +30,12 @@ pub(crate) fn coalesce(deliveries: Vec<Delivery>) -> Result<Vec<Delivery>> {
             continue;
         }
         match (last.mode, next.mode) {
-            (SyncMode::Append | SyncMode::Replace, SyncMode::Append) if last.keys.is_empty() => {
+            // A snapshot copy's keys only say what key its table gets.
+            (SyncMode::Append | SyncMode::Replace, SyncMode::Append)
+                if last.keys.is_empty() || (last.copy.is_some() && next.copy.is_some()) =>
+            {
                 last.rows.extend(next.rows);
+                last.copy = next.copy.max(last.copy);
             }
             (SyncMode::Mirror | SyncMode::Replace, SyncMode::Mirror) if !last.keys.is_empty() => {
                 merge_mirror(last, next)?;
@@ -154,6 +158,7 @@ mod tests {
             rows,
             deletes,
             table: Some(table.into()),
+            copy: None,
         }
     }
 

@@ -58,6 +58,7 @@ pub(crate) fn deliveries(stream: &str, write: &TableWrite, mirror: &MirrorWrite)
         rows: vec![upserts],
         deletes: if replace { Vec::new() } else { vec![keys_only] },
         table: Some(write.table.clone()),
+        copy: None,
     }];
     if mirror.history {
         out.push(history(stream, write, mirror)?);
@@ -92,6 +93,7 @@ fn history(stream: &str, write: &TableWrite, mirror: &MirrorWrite) -> Result<Del
         rows: vec![batch],
         deletes: Vec::new(),
         table: Some(format!("{}__changes", write.table)),
+        copy: None,
     })
 }
 

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sluice_core::{
-    Checkpoint, Delivery, Destination, Error, ErrorKind, IdempotencyKey, Result, Sink, Stamp, StreamMetrics, SyncMode,
-    WriteUnit, rejects::RejectBatch,
+    Checkpoint, CopyPhase, Delivery, Destination, Error, ErrorKind, IdempotencyKey, Result, Sink, Stamp, StreamMetrics,
+    SyncMode, WriteUnit, rejects::RejectBatch,
 };
 use tokio::sync::Mutex;
 
@@ -164,6 +164,10 @@ impl DeliverySink {
                 rows: vec![table.data.clone()],
                 deletes: Vec::new(),
                 table: Some(table.table.clone()),
+                copy: table
+                    .snapshot
+                    .as_ref()
+                    .map(|s| if s.complete { CopyPhase::Complete } else { CopyPhase::Copying }),
             });
         }
         Ok(out)

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Stamp, SyncMode};
+use sluice_core::{CopyPhase, Delivery, Destination, Error, ErrorKind, Result, Stamp, SyncMode};
 
 use super::coalesce::coalesce;
 use crate::local_files::{io_error, read_ipc, remove, write_ipc, write_json};
@@ -38,6 +38,8 @@ struct Staged {
     rows: String,
     row_count: u64,
     deletes: Option<String>,
+    #[serde(default)]
+    copy: Option<CopyPhase>,
 }
 
 /// What the destination keeps as the stamp of a staged stream.
@@ -194,6 +196,7 @@ impl Shared {
                 rows,
                 row_count: (d.row_count() + d.delete_count()) as u64,
                 deletes,
+                copy: d.copy,
             });
         }
         let manifest = Manifest {
@@ -225,6 +228,7 @@ impl Shared {
                     rows,
                     deletes,
                     table: d.table.clone(),
+                    copy: d.copy,
                 })
             })
             .collect()

@@ -138,6 +138,7 @@ impl Cdc {
                     lines.push(part.map_err(|e| sql_error(&format!("copying {table}"), &e))?);
                 }
                 let count = lines.len();
+                let done = count < limit as usize;
                 tracing::debug!(table = %table, rows = count, "Copied a chunk.");
                 let last = lines.last().and_then(|line| last_key(line, &key_fields));
                 let last_tid = if whole_row && !lines.is_empty() {
@@ -160,6 +161,7 @@ impl Cdc {
                         schema: schema.to_string(),
                         table: name.to_string(),
                         clear: after.is_none() && after_tid.is_none(),
+                        last: done,
                         rows: lines,
                     }),
                     meta: RecordMeta {
@@ -169,7 +171,6 @@ impl Cdc {
                     },
                 }];
                 let rows = count;
-                let done = rows < limit as usize;
                 // Small first chunks fill the pipeline (read, decode, write) sooner.
                 limit = (limit * 4).min(self.config.snapshot_chunk_rows);
                 copied_rows += rows as u64;

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::SinkExt;
 use serde::{Deserialize, Serialize};
-use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Secret, Stamp, SyncMode};
+use sluice_core::{CopyPhase, Delivery, Destination, Error, ErrorKind, Result, Secret, Stamp, SyncMode};
 use tokio_postgres::Transaction;
 
 use super::config::{Endpoint, SslMode, cause, connect, validate_tls};
@@ -268,11 +268,19 @@ async fn apply(tx: &Transaction<'_>, schema: &str, name: &str, delivery: &Delive
     let mut existing = existing_columns(tx, schema, name).await?;
     let created = existing.is_empty();
     let mut altered = false;
+    // A snapshot copy loads its rows before the table gets its key, as pg_dump does: one index
+    // build at the end is cheaper than keeping the index up row by row. The table's comment
+    // marks the key as owed, so a restart in the middle of the copy still adds it.
+    let defer_key = created && delivery.copy.is_some() && !delivery.keys.is_empty();
     if created {
         // A stream's snapshot brings its source key in replace and append too.
-        tx.batch_execute(&Dialect::Postgres.create_table(&table, &delivery.schema, &delivery.keys, false))
+        let key: &[String] = if defer_key { &[] } else { &delivery.keys };
+        tx.batch_execute(&Dialect::Postgres.create_table(&table, &delivery.schema, key, false))
             .await
             .map_err(sql_error)?;
+        if defer_key {
+            tx.batch_execute(&format!("COMMENT ON TABLE {table} IS '{KEY_OWED}'")).await.map_err(sql_error)?;
+        }
     } else {
         for field in delivery.schema.fields().iter().filter(|f| !existing.iter().any(|(c, _)| c == f.name())) {
             tx.batch_execute(&Dialect::Postgres.add_column(&table, field)).await.map_err(sql_error)?;
@@ -351,7 +359,30 @@ async fn apply(tx: &Transaction<'_>, schema: &str, name: &str, delivery: &Delive
             }
         }
     }
+    if delivery.copy == Some(CopyPhase::Complete) && !delivery.keys.is_empty() {
+        add_owed_key(tx, &table, &delivery.keys).await?;
+    }
     Ok(())
+}
+
+/// The comment a table carries while its snapshot copy loads without the key.
+const KEY_OWED: &str = "sluice: the primary key is added when the snapshot copy completes";
+
+/// Give the table the key its copy was loaded without, when the comment says it is owed (a
+/// table the user made keeps what it has).
+async fn add_owed_key(tx: &Transaction<'_>, table: &str, keys: &[String]) -> Result<()> {
+    let owed: bool = tx
+        .query_one("SELECT obj_description(to_regclass($1), 'pg_class') IS NOT DISTINCT FROM $2", &[&table, &KEY_OWED])
+        .await
+        .map_err(sql_error)?
+        .get(0);
+    if !owed {
+        return Ok(());
+    }
+    let list = Dialect::Postgres.list(keys);
+    tx.batch_execute(&format!("ALTER TABLE {table} ADD PRIMARY KEY ({list}); COMMENT ON TABLE {table} IS NULL"))
+        .await
+        .map_err(sql_error)
 }
 
 /// The table's columns with their type OIDs; empty when it does not exist. The same columns

@@ -218,6 +218,7 @@ fn delivery(
         rows,
         deletes,
         table: None,
+        copy: None,
     }
 }
 

@@ -55,6 +55,7 @@ impl Decoder {
         }
         let snapshot = builder.snapshot.get_or_insert_with(SnapshotWrite::default);
         snapshot.clear |= rows.clear;
+        snapshot.complete |= rows.last;
         if snapshot.keys.is_empty() {
             snapshot.keys.clone_from(&rows.keys);
         }
@@ -195,6 +196,7 @@ mod tests {
                 schema: "public".into(),
                 table: "t".into(),
                 clear,
+                last: false,
                 rows: lines.iter().map(|l| bytes::Bytes::from(format!("{l}\n"))).collect(),
             }),
             meta: RecordMeta { route: Some("t".into()), ..RecordMeta::default() },

@@ -169,6 +169,7 @@ pub fn copy(data: &[u8]) {
         schema: "public".into(),
         table: "t".into(),
         clear: true,
+        last: false,
         rows: lines.iter().map(|l| bytes::Bytes::from([*l, b"\n"].concat())).collect(),
     };
     let meta = RecordMeta { route: Some("t".into()), ..RecordMeta::default() };

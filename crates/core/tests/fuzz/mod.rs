@@ -100,6 +100,7 @@ proptest! {
             schema: "s".into(),
             table: "t".into(),
             clear: false,
+            last: false,
             rows: vec![bytes::Bytes::from(format!("{}\n", line.join("\t")))],
         };
         let changes = ChangeConfig { mode: Mode::Mirror, keys: vec![], history: false, format: Format::Debezium };
