@@ -139,6 +139,15 @@ impl SyncConfig {
 }
 
 impl DestinationConfig {
+    /// The table template a stream into this destination decodes to: its `table`, qualified by
+    /// a templated Postgres schema.
+    pub fn table_template(&self, table: &str) -> String {
+        match self {
+            Self::Postgres(c) => c.table_template(table),
+            _ => table.to_string(),
+        }
+    }
+
     /// The secrets inside the destination, by field path (`destination.password`, …).
     pub fn secrets(&self) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();

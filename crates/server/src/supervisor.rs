@@ -483,12 +483,14 @@ pub(crate) async fn reload(
         // A table the stream names outright starts from the destination's columns, so a value
         // that does not fit them goes to the ledger rather than failing the write.
         let mut schemas = HashMap::new();
-        if !config.table.contains(['*', '['])
-            && let Some(schema) = delivery.table_schema(&config.table).await?
+        let template =
+            config.destination.as_ref().map_or_else(|| config.table.clone(), |d| d.table_template(&config.table));
+        if !template.contains(['*', '['])
+            && let Some(schema) = delivery.table_schema(&template).await?
         {
-            schemas.insert(config.table.clone(), schema);
+            schemas.insert(template.clone(), schema);
         }
-        let decoder = Decoder::new(config.table.clone(), config.metadata.clone(), schemas).with_changes(changes);
+        let decoder = Decoder::new(template, config.metadata.clone(), schemas).with_changes(changes);
         return Ok((checkpoint, decoder));
     }
     let resume = state.resume(&config.name, &config.table).await?;

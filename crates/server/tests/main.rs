@@ -20,6 +20,7 @@ mod destinations;
 mod destinations_files;
 mod destinations_http;
 mod destinations_mariadb;
+mod destinations_names;
 mod destinations_sqlite;
 mod destinations_staged;
 mod hardening;

@@ -1,6 +1,7 @@
 //! PostgreSQL change data capture: test connection, publication and `pgoutput` slot, a
 //! consistent snapshot, then logical replication into mirrored tables.
 
+mod apply;
 mod cdc;
 mod checks;
 mod config;
