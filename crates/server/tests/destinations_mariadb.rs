@@ -127,3 +127,43 @@ async fn debezium_over_kafka_mirrored_into_mariadb_exactly_once_across_two_kill_
     let (_, metrics) = server.get("/api/streams/m/metrics").await;
     assert_eq!(metrics["state"], "running", "{metrics}");
 }
+
+/// A push stream into a MariaDB table it names starts from that table's columns: a value that
+/// does not fit goes to the ledger (also after a restart), and a column of integers that gets
+/// fractions becomes DOUBLE.
+#[tokio::test]
+async fn values_are_fitted_to_the_mariadb_table_and_widen_it() {
+    let db = MariaDb::start();
+    db.admin("CREATE TABLE etltest.people (id BIGINT, score INT, name VARCHAR(20))");
+    let dir = DataDir::new("dest-mariadb-fit");
+    let mut server = Server::start(&dir.0).await;
+    let destination = json!({"kind": "mysql", "host": "127.0.0.1", "port": db.port, "database": "etltest",
+                             "user": "etl", "password": "etl"});
+    let key = server
+        .create_stream(json!({"name": "p", "table": "people", "destination": destination, "flush": {"max_wait_ms": 20}}))
+        .await;
+    let rows = || db.lines("SELECT id, COALESCE(score, 'NULL'), name FROM people ORDER BY id");
+    let (status, answer) =
+        server.push("p", &key, r#"[{"id": 1, "score": 5, "name": "a"}, {"id": 2, "score": "lots", "name": "b"}]"#).await;
+    assert_eq!((status, answer["accepted"].clone(), answer["rejected"].clone()), (202, json!(2), json!(1)), "{answer}");
+    wait_until("the fitting rows", Duration::from_secs(30), || async { rows() == ["1|5|a", "2|NULL|b"] }).await;
+    server.kill9();
+    server = Server::start(&dir.0).await;
+    let (status, answer) = server.push("p", &key, r#"{"id": 4, "score": "x", "name": "d"}"#).await;
+    assert_eq!((status, answer["rejected"].clone()), (202, json!(1)), "{answer}");
+    let (status, answer) = server.push("p", &key, r#"{"id": 3, "score": 2.5, "name": "c"}"#).await;
+    assert_eq!(status, 202, "{answer}");
+    wait_until("the widened row", Duration::from_secs(30), || async {
+        rows() == ["1|5|a", "2|NULL|b", "3|2.5|c", "4|NULL|d"]
+    })
+    .await;
+    let types = db.lines(
+        "SELECT data_type FROM information_schema.columns WHERE table_schema = 'etltest' AND table_name = 'people' \
+         AND column_name = 'score'",
+    );
+    assert_eq!(types, ["double"]);
+    let ledger = server.sql(r#"SELECT "column" FROM sluice.rejects ORDER BY 1"#).await;
+    assert_eq!(ledger.len(), 2, "{ledger:?}");
+    let (_, metrics) = server.get("/api/streams/p/metrics").await;
+    assert_eq!(metrics["state"], "running", "{metrics}");
+}

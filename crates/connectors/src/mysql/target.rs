@@ -8,6 +8,7 @@ use mysql_async::{Conn, OptsBuilder};
 use serde::{Deserialize, Serialize};
 use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Secret, Stamp, SyncMode};
 
+use super::columns::Existing;
 use crate::sql_table::{Dialect, Literals, column_names};
 
 const D: Dialect = Dialect::MySql;
@@ -150,6 +151,13 @@ impl Destination for MysqlTarget {
         found
     }
 
+    async fn table_schema(&mut self, table: &str) -> Result<Option<sluice_core::TableSchema>> {
+        let mut conn = self.config.connect().await?;
+        let found = super::columns::existing(&mut conn, table).await;
+        let _ = conn.disconnect().await;
+        Ok(super::columns::decoder_columns(&found?).map(sluice_core::TableSchema::existing))
+    }
+
     async fn stamp(&mut self, owner: &str) -> Result<Option<String>> {
         let mut conn = self.config.connect().await?;
         let found = async {
@@ -181,7 +189,7 @@ const POSITIONS: &str = "sluice_positions";
 async fn write(conn: &mut Conn, configured: &str, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
     for delivery in deliveries {
         let name = delivery.table.as_deref().unwrap_or(configured);
-        let existing = existing_columns(conn, name).await?;
+        let existing = super::columns::existing(conn, name).await?;
         if existing.is_empty() {
             // A stream's snapshot brings its source key in replace and append too.
             conn.query_drop(D.create_table(&D.quote(name), &delivery.schema, &delivery.keys, true))
@@ -270,9 +278,18 @@ async fn apply(conn: &mut Conn, table: &str, columns: &[String], keys: &[String]
     Ok(())
 }
 
-async fn add_missing(conn: &mut Conn, table: &str, delivery: &Delivery, existing: &[String]) -> Result<()> {
-    for field in delivery.schema.fields().iter().filter(|f| !existing.contains(f.name())) {
-        conn.query_drop(D.add_column(table, field)).await.map_err(sql_error)?;
+/// Give `table` the columns the delivery brings and it lacks, and widen to DOUBLE a column of
+/// integers that now gets fractions (the decoder widened it), as in the workspace.
+async fn add_missing(conn: &mut Conn, table: &str, delivery: &Delivery, existing: &[Existing]) -> Result<()> {
+    for field in delivery.schema.fields() {
+        match existing.iter().find(|c| &c.name == field.name()) {
+            None => conn.query_drop(D.add_column(table, field)).await.map_err(sql_error)?,
+            Some(column) if column.is_integer() && field.data_type() == &arrow::datatypes::DataType::Float64 => {
+                let sql = format!("ALTER TABLE {table} MODIFY COLUMN {} DOUBLE", D.quote(field.name()));
+                conn.query_drop(sql).await.map_err(sql_error)?;
+            }
+            Some(_) => {}
+        }
     }
     Ok(())
 }
@@ -309,7 +326,7 @@ async fn insert(
     Ok(())
 }
 
-fn sql_error(e: mysql_async::Error) -> Error {
+pub(super) fn sql_error(e: mysql_async::Error) -> Error {
     let kind = match &e {
         mysql_async::Error::Io(_) | mysql_async::Error::Driver(_) => ErrorKind::Connect,
         _ => ErrorKind::Fatal,
