@@ -4,8 +4,10 @@ mod api;
 mod auth;
 mod bench;
 mod config;
+mod feed;
 mod keys;
 mod listener;
+mod page;
 mod query_cli;
 mod replay;
 mod serve;
@@ -57,6 +59,8 @@ enum Command {
         limits: serve::Limits,
         #[command(flatten)]
         access: serve::Access,
+        #[command(flatten)]
+        page: serve::Page,
     },
     /// Run one read-only SELECT on the workspace and print a table.
     Sql {
@@ -115,8 +119,8 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve { data_dir, listen, config, limits, access } => {
-                serve::run(data_dir, listen, config, limits, access).await
+            Command::Serve { data_dir, listen, config, limits, access, page } => {
+                serve::run(data_dir, listen, config, limits, access, page).await
             }
             Command::Sql { sql, server, data_dir, json, limit } => {
                 query_cli::run(&sql, server, &data_dir, json, limit).await

@@ -44,6 +44,15 @@ pub struct Access {
     pub open_metrics: bool,
 }
 
+/// What the page shows.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Page {
+    /// How often each stream's msg/s, lag and latency are sampled for the page's charts (an
+    /// hour of samples is kept in memory), in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub history_sample_ms: u64,
+}
+
 /// Run until SIGINT or SIGTERM.
 pub async fn run(
     data_dir: PathBuf,
@@ -51,6 +60,7 @@ pub async fn run(
     config: Option<PathBuf>,
     limits: Limits,
     access: Access,
+    page: Page,
 ) -> Result<(), String> {
     if limits.sql_timeout_ms == 0 || limits.sql_max_result_bytes == 0 {
         return Err("--sql-timeout-ms and --sql-max-result-bytes must be above 0".into());
@@ -73,7 +83,8 @@ pub async fn run(
     crate::auth::setup::first_start(&auth, &data_dir).await.map_err(|e| e.to_string())?;
     let supervisor = Supervisor::new(workspace.clone());
     supervisor.start_stored().await.map_err(|e| e.to_string())?;
-    let syncs = Syncs::new(workspace.registry().clone(), workspace.planner().clone());
+    let syncs = Syncs::new(workspace.registry().clone(), workspace.planner().clone())
+        .with_activity(supervisor.feeds().activity().clone());
     syncs.load_stored().await.map_err(|e| e.to_string())?;
     if let Some(mut declared) = declared {
         for sync in std::mem::take(&mut declared.syncs) {
@@ -90,6 +101,12 @@ pub async fn run(
     println!("  API:       http://{local}");
     tracing::info!(workspace = %workspace.path().display(), api = %local, "Sluice started.");
     let shutdown = CancellationToken::new();
+    tokio::spawn(crate::feed::watch(
+        supervisor.clone(),
+        supervisor.feeds().clone(),
+        Duration::from_millis(page.history_sample_ms),
+        shutdown.clone(),
+    ));
     let sql = SqlLimits {
         timeout: Duration::from_millis(limits.sql_timeout_ms),
         max_result_bytes: limits.sql_max_result_bytes,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_connectors::DeliverySink;
-use sluice_connectors::workspace::{StoredStream, Workspace, WorkspaceSink, WorkspaceState};
+use sluice_connectors::workspace::{StoredStream, Workspace, WorkspaceState};
 use sluice_connectors::{SourceContext, SourceHandle, StreamConfig, build_source};
 use sluice_core::pipeline::{self, Stream};
 use sluice_core::{Decoder, Error, ErrorKind, Result, StreamMetrics};
@@ -49,6 +49,8 @@ pub struct Supervisor {
     /// Serializes changes to the set of streams (create, patch, delete, resnapshot), so checks
     /// such as "the name is free" and "the table has no other writer" hold until the change.
     changes: Arc<tokio::sync::Mutex<()>>,
+    /// The live feeds each stream's committed units go to (`crate::feed`).
+    feeds: crate::feed::Feeds,
 }
 
 /// Why [`Supervisor::save_and_start`] did not save a stream.
@@ -93,7 +95,18 @@ pub enum Lookup {
 impl Supervisor {
     /// A supervisor over `workspace`, with no stream started yet.
     pub fn new(workspace: Workspace) -> Self {
-        Self { workspace, streams: Arc::default(), restarting: Arc::default(), changes: Arc::default() }
+        Self {
+            workspace,
+            streams: Arc::default(),
+            restarting: Arc::default(),
+            changes: Arc::default(),
+            feeds: crate::feed::Feeds::default(),
+        }
+    }
+
+    /// The live feeds: streams' committed rows, activity, metrics history.
+    pub fn feeds(&self) -> &crate::feed::Feeds {
+        &self.feeds
     }
 
     /// Hold this while checking and changing the set of streams.
@@ -321,11 +334,19 @@ impl Supervisor {
             push.keys.load(self.workspace.state().push_keys(&config.name, window, push.keys.limit()).await?);
         }
         let cancel = CancellationToken::new();
+        // Every unit the stream commits goes to its live feed; a destination stream's schema
+        // changes are recorded in the workspace's history after the destination applied them.
+        let sink: Arc<dyn sluice_core::Sink> = match &delivery {
+            Some(d) => d.clone(),
+            None => Arc::new(self.workspace.sink().clone()),
+        };
+        let history = delivery.is_some().then(|| self.workspace.schema_history());
+        let sink = crate::feed::FeedSink::wrap(sink, &config.name, &self.feeds, history);
         let task = tokio::spawn(supervise(
             config.clone(),
             source,
             decoder,
-            (self.workspace.sink().clone(), self.workspace.state().clone(), delivery),
+            (sink, self.workspace.state().clone(), delivery),
             checkpoint,
             metrics.clone(),
             cancel.clone(),
@@ -352,7 +373,7 @@ async fn supervise(
     config: StreamConfig,
     mut source: Box<dyn sluice_core::Source>,
     mut decoder: Decoder,
-    (sink, state, delivery): (WorkspaceSink, WorkspaceState, Option<Arc<DeliverySink>>),
+    (sink, state, delivery): (Arc<dyn sluice_core::Sink>, WorkspaceState, Option<Arc<DeliverySink>>),
     mut checkpoint: sluice_core::Checkpoint,
     metrics: Arc<StreamMetrics>,
     cancel: CancellationToken,
@@ -388,10 +409,7 @@ async fn supervise(
             name: &config.name,
             source: source.as_mut(),
             decoder: &mut decoder,
-            sink: match &delivery {
-                Some(d) => d.clone(),
-                None => Arc::new(sink.clone()),
-            },
+            sink: sink.clone(),
             flush: &config.flush,
             metrics: metrics.clone(),
             cancel: cancel.clone(),

@@ -32,6 +32,8 @@ pub struct Syncs {
     registry: Registry,
     planner: SyncPlanner,
     entries: Arc<RwLock<HashMap<String, Arc<SyncEntry>>>>,
+    /// Where runs starting and ending are told (the page's activity feed).
+    activity: crate::feed::Activity,
 }
 
 /// What a preview shows: counts, and a sample of each kind of change.
@@ -54,7 +56,13 @@ pub struct Preview {
 impl Syncs {
     /// The syncs of a workspace's `registry`, planned by its `planner` (none loaded yet).
     pub fn new(registry: Registry, planner: SyncPlanner) -> Self {
-        Self { registry, planner, entries: Arc::default() }
+        Self { registry, planner, entries: Arc::default(), activity: crate::feed::Activity::default() }
+    }
+
+    /// Tell runs starting and ending to `activity`.
+    pub fn with_activity(mut self, activity: crate::feed::Activity) -> Self {
+        self.activity = activity;
+        self
     }
 
     /// Load the stored syncs and start their schedules. Runs left `running` by a process that
@@ -193,6 +201,13 @@ impl Syncs {
     }
 
     async fn execute(&self, config: &SyncConfig, mut record: RunRecord) {
+        let run = serde_json::json!({ "run_id": record.id, "trigger": record.trigger });
+        self.activity.record(
+            "run_started",
+            &config.name,
+            format!("run {} started ({})", record.id, record.trigger),
+            run,
+        );
         let started = Instant::now();
         let outcome = self.deliver(config, &record.id).await;
         record.duration_ms = Some(started.elapsed().as_millis() as i64);
@@ -212,6 +227,13 @@ impl Syncs {
                 tracing::warn!(sync = %config.name, run = %record.id, error = %e, "Sync run failed.");
             }
         }
+        let message = match &record.error {
+            Some(error) => format!("run {} failed: {error}", record.id),
+            None => format!("run {} succeeded: {} rows sent", record.id, record.rows_sent.unwrap_or(0)),
+        };
+        let details =
+            serde_json::json!({ "run_id": record.id, "status": record.status, "rows_sent": record.rows_sent });
+        self.activity.record("run_finished", &config.name, message, details);
         if let Err(e) = self.registry.run_finished(record).await {
             tracing::error!(sync = %config.name, error = %e, "Cannot record the run's end.");
         }

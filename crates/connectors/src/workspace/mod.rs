@@ -18,6 +18,7 @@ mod query;
 mod registry;
 mod replay;
 mod runs;
+mod schema_history;
 mod secrets;
 mod sink;
 mod state;
@@ -37,6 +38,7 @@ pub use query::{Query, QueryError, QueryErrorKind, QueryLimits, QueryResult, que
 pub use registry::{Registry, StoredStream, StoredSync};
 pub use replay::{LedgerEvent, ReplayRequest};
 pub use runs::{RunRecord, RunSummary};
+pub use schema_history::{SchemaEvent, SchemaHistory, changes_of as schema_changes_of};
 pub use secrets::keyed_hash;
 pub use sink::WorkspaceSink;
 pub use state::{Resume, WorkspaceState};
@@ -101,6 +103,7 @@ impl Workspace {
         let conn = Connection::open(&path).map_err(|e| open_error(&path, e))?;
         conn.execute_batch(BOOTSTRAP).map_err(db_error)?;
         conn.execute_batch(accounts::BOOTSTRAP).map_err(db_error)?;
+        conn.execute_batch(schema_history::BOOTSTRAP).map_err(db_error)?;
         // DuckDB checkpoints the WAL into the database file when it reaches this size, and a
         // checkpoint holds up commits for as long as it runs. Measured with `sluice bench`:
         // 16 MB checkpoints so often that pushes queue (p99 760 ms at 50k events/s); 256 MB
@@ -161,6 +164,11 @@ impl Workspace {
     /// The users and API tokens (their hashes).
     pub fn accounts(&self) -> &Accounts {
         &self.accounts
+    }
+
+    /// The history of the streams' table schemas.
+    pub fn schema_history(&self) -> SchemaHistory {
+        SchemaHistory::new(self.db.clone())
     }
 
     /// The syncs' planner: their queries and row hashes.

@@ -212,6 +212,8 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layou
         );
         conn.execute(&sql, duckdb::params![unit.stream]).map_err(db_error)?;
     }
+    // The schema history commits with the DDL it records.
+    super::schema_history::record(conn, unit)?;
     super::state::save_checkpoint(conn, &unit.stream, &unit.checkpoint)
 }
 

@@ -2,6 +2,8 @@
 
 mod accounts;
 mod error;
+mod feed;
+mod lineage;
 mod metrics;
 mod push;
 mod sql;
@@ -54,6 +56,11 @@ pub fn router(state: AppState) -> Router {
         .route("/api/streams", get(streams::list).post(streams::create))
         .route("/api/streams/{id}", get(streams::get).patch(streams::patch).delete(streams::delete))
         .route("/api/streams/{id}/metrics", get(metrics::stream))
+        .route("/api/streams/{id}/metrics/history", get(feed::metrics_history))
+        .route("/api/streams/{id}/feed", get(feed::stream))
+        .route("/api/streams/{id}/schema", get(feed::schema))
+        .route("/api/activity", get(feed::activity))
+        .route("/api/lineage", get(lineage::lineage))
         .route("/api/streams/{id}/resnapshot", post(streams::resnapshot))
         .route("/api/streams/{id}/replay", post(streams::replay))
         .route("/api/sources/test", post(streams::test))
@@ -77,6 +84,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/metrics", get(metrics::all))
         .route("/metrics", get(metrics::prometheus))
         .route("/health", get(|| async { "ok" }))
+        .route("/", get(crate::page::index))
+        .route("/ui/{*path}", get(crate::page::asset))
         .layer(axum::middleware::from_fn(crate::listener::read_body_in_time))
         // After routing, so the guard sees the matched route (`/api/streams/{id}`).
         .route_layer(axum::middleware::from_fn_with_state(state.auth.clone(), crate::auth::guard::require));

@@ -72,6 +72,8 @@ pub async fn create(
     })?;
     let stream = state.supervisor.get(&config.name).await.ok_or_else(|| ApiError::no_stream(&config.name))?;
     let mut body = describe(&stream);
+    let activity = state.supervisor.feeds().activity();
+    activity.record("stream_created", &config.name, format!("stream created, writing {}", config.table), Value::Null);
     if let Some(key) = key {
         body["push_key"] = Value::String(key);
     }
@@ -111,6 +113,7 @@ pub async fn patch(
     validate(&config)?;
     state.supervisor.save_and_start(config, stream.key_hash.clone()).await?;
     let stream = state.supervisor.get(&id).await.ok_or_else(|| ApiError::no_stream(&id))?;
+    state.supervisor.feeds().activity().record("stream_changed", &id, "stream changed and restarted", Value::Null);
     Ok(Json(describe(&stream)))
 }
 
@@ -143,11 +146,16 @@ pub async fn delete(
     Query(q): Query<DeleteQuery>,
 ) -> Result<StatusCode, ApiError> {
     let _changing = state.supervisor.lock_changes().await;
-    if state.supervisor.remove(&id, q.drop_table).await? {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::no_stream(&id))
+    if !state.supervisor.remove(&id, q.drop_table).await? {
+        return Err(ApiError::no_stream(&id));
     }
+    let feeds = state.supervisor.feeds();
+    feeds.forget(&id);
+    if let Err(e) = state.supervisor.workspace().schema_history().forget(&id).await {
+        tracing::warn!(stream = %id, error = %e, "Could not forget the stream's schema history.");
+    }
+    feeds.activity().record("stream_removed", &id, "stream removed", Value::Null);
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// `POST /api/sources/test`: `{"name": "stream", "source": {...}}`; every check with its result.
@@ -188,5 +196,11 @@ pub async fn resnapshot(State(state): State<AppState>, Path(id): Path<String>) -
     if !state.supervisor.resnapshot(&id).await? {
         return Err(ApiError::no_stream(&id));
     }
+    state.supervisor.feeds().activity().record(
+        "stream_changed",
+        &id,
+        "stream started over from its source",
+        Value::Null,
+    );
     Ok(Json(json!({ "resnapshot": id })))
 }

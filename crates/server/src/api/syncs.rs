@@ -76,6 +76,7 @@ pub async fn create(
     let name = config.name.clone();
     save(&state, config).await?;
     let entry = state.syncs.get(&name).await.ok_or_else(|| no_sync(&name))?;
+    state.supervisor.feeds().activity().record("sync_created", &name, "sync created", Value::Null);
     Ok((StatusCode::CREATED, Json(describe(&entry))))
 }
 
@@ -105,12 +106,17 @@ pub async fn replace(
     validate(&config)?;
     save(&state, config).await?;
     let entry = state.syncs.get(&id).await.ok_or_else(|| no_sync(&id))?;
+    state.supervisor.feeds().activity().record("sync_changed", &id, "sync changed", Value::Null);
     Ok(Json(describe(&entry)))
 }
 
 /// `DELETE /api/syncs/{id}`
 pub async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
-    if state.syncs.remove(&id).await? { Ok(StatusCode::NO_CONTENT) } else { Err(no_sync(&id)) }
+    if !state.syncs.remove(&id).await? {
+        return Err(no_sync(&id));
+    }
+    state.supervisor.feeds().activity().record("sync_removed", &id, "sync removed", Value::Null);
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Options of a run request.

@@ -7,6 +7,9 @@
 //! | `editor` | what a viewer may, and every write: streams, syncs, runs, replay, resnapshot, approvals, `/api/sql` |
 //! | `admin` | everything, and users and tokens |
 //!
+//! The page (`/`, `/ui/…`) is open; the feeds, schema and metrics history and lineage it reads
+//! need a viewer's role.
+//!
 //! Open to all: `/health`, login, refresh and logout, and the push route (which checks its
 //! stream's push key), and `/metrics` when `--open-metrics` says so.
 
@@ -101,6 +104,18 @@ impl Need {
 pub fn need(method: &Method, path: &str, open_metrics: bool) -> Need {
     match path {
         "/health" | "/api/auth/login" | "/api/auth/refresh" | "/api/auth/logout" => Need::Open,
+        // The page's files hold no data; what they show comes from the API with a token.
+        "/" | "/ui/{*path}" => Need::Open,
+        // What the page watches: the live feeds, schema history, metrics history, lineage.
+        "/api/streams/{id}/feed"
+        | "/api/activity"
+        | "/api/streams/{id}/schema"
+        | "/api/streams/{id}/metrics/history"
+        | "/api/lineage"
+            if method == Method::GET =>
+        {
+            Need::Viewer
+        }
         "/metrics" if open_metrics => Need::Open,
         "/api/auth/me" => Need::Any,
         _ if path.starts_with("/api/users") || path.starts_with("/api/tokens") => Need::Admin,
@@ -129,6 +144,12 @@ mod tests {
         assert_eq!(get("/metrics"), Need::Viewer);
         assert_eq!(need(&Method::GET, "/metrics", true), Need::Open);
         assert_eq!(post("/api/auth/login"), Need::Open);
+        assert_eq!(get("/"), Need::Open);
+        assert_eq!(get("/ui/{*path}"), Need::Open);
+        for path in ["/api/streams/{id}/feed", "/api/activity", "/api/streams/{id}/schema", "/api/lineage"] {
+            assert_eq!(get(path), Need::Viewer);
+        }
+        assert_eq!(get("/api/streams/{id}/metrics/history"), Need::Viewer);
 
         assert!(Role::Viewer.grants(Need::Viewer) && !Role::Viewer.grants(Need::Editor));
         assert!(!Role::Viewer.grants(Need::RunRequest));
