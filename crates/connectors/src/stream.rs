@@ -126,6 +126,10 @@ impl StreamConfig {
                 c.validate_connection()?;
                 &c.table
             }
+            DestinationConfig::Ducklake(c) => {
+                c.validate_connection()?;
+                &c.table
+            }
             DestinationConfig::Files(c) => {
                 c.validate()?;
                 if c.name.is_some() {

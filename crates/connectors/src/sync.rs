@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use sluice_core::secret::REDACTED;
 use sluice_core::{Destination, Error, Result, Secret, SyncMode};
 
+use crate::ducklake::{DuckLakeConfig, DuckLakeTarget};
 use crate::files::{FilesConfig, FilesTarget};
 use crate::http_api::{HttpApiConfig, HttpApiTarget, restore_url_password, url_password};
 use crate::mysql::{MysqlTableConfig, MysqlTarget};
@@ -89,6 +90,8 @@ pub enum DestinationConfig {
     Files(FilesConfig),
     /// An HTTP API.
     Http(HttpApiConfig),
+    /// A DuckLake table (SQLite or Postgres catalog, data in a folder or on S3).
+    Ducklake(DuckLakeConfig),
 }
 
 impl SyncConfig {
@@ -115,6 +118,7 @@ impl SyncConfig {
             DestinationConfig::Sqlite(c) => c.validate(),
             DestinationConfig::Files(c) => c.validate(),
             DestinationConfig::Http(c) => c.validate(),
+            DestinationConfig::Ducklake(c) => c.validate(),
         }
     }
 
@@ -160,6 +164,13 @@ impl DestinationConfig {
             Self::Postgres(c) => keep("destination.password".into(), c.password.as_ref()),
             Self::Mysql(c) => keep("destination.password".into(), c.password.as_ref()),
             Self::Sqlite(_) => {}
+            Self::Ducklake(c) => {
+                keep("destination.catalog_password".into(), c.catalog_password.as_ref());
+                keep(
+                    "destination.s3.secret_access_key".into(),
+                    c.s3.as_ref().and_then(|s| s.secret_access_key.as_ref()),
+                );
+            }
             Self::Files(c) => {
                 keep(
                     "destination.s3.secret_access_key".into(),
@@ -198,6 +209,12 @@ impl DestinationConfig {
             Self::Postgres(c) => restore(&mut c.password, "destination.password"),
             Self::Mysql(c) => restore(&mut c.password, "destination.password"),
             Self::Sqlite(_) => {}
+            Self::Ducklake(c) => {
+                restore(&mut c.catalog_password, "destination.catalog_password");
+                if let Some(s3) = &mut c.s3 {
+                    restore(&mut s3.secret_access_key, "destination.s3.secret_access_key");
+                }
+            }
             Self::Files(c) => {
                 if let Some(s3) = &mut c.s3 {
                     restore(&mut s3.secret_access_key, "destination.s3.secret_access_key");
@@ -236,5 +253,6 @@ pub fn build_destination(config: &DestinationConfig) -> Result<Box<dyn Destinati
         DestinationConfig::Sqlite(c) => Box::new(SqliteTarget::new(c.clone())),
         DestinationConfig::Files(c) => Box::new(FilesTarget::new(c.clone())),
         DestinationConfig::Http(c) => Box::new(HttpApiTarget::new(c.clone())?),
+        DestinationConfig::Ducklake(c) => Box::new(DuckLakeTarget::new(c.clone())),
     })
 }

@@ -140,11 +140,14 @@ async fn values_are_fitted_to_the_mariadb_table_and_widen_it() {
     let destination = json!({"kind": "mysql", "host": "127.0.0.1", "port": db.port, "database": "etltest",
                              "user": "etl", "password": "etl"});
     let key = server
-        .create_stream(json!({"name": "p", "table": "people", "destination": destination, "flush": {"max_wait_ms": 20}}))
+        .create_stream(
+            json!({"name": "p", "table": "people", "destination": destination, "flush": {"max_wait_ms": 20}}),
+        )
         .await;
     let rows = || db.lines("SELECT id, COALESCE(score, 'NULL'), name FROM people ORDER BY id");
-    let (status, answer) =
-        server.push("p", &key, r#"[{"id": 1, "score": 5, "name": "a"}, {"id": 2, "score": "lots", "name": "b"}]"#).await;
+    let (status, answer) = server
+        .push("p", &key, r#"[{"id": 1, "score": 5, "name": "a"}, {"id": 2, "score": "lots", "name": "b"}]"#)
+        .await;
     assert_eq!((status, answer["accepted"].clone(), answer["rejected"].clone()), (202, json!(2), json!(1)), "{answer}");
     wait_until("the fitting rows", Duration::from_secs(30), || async { rows() == ["1|5|a", "2|NULL|b"] }).await;
     server.kill9();

@@ -23,8 +23,7 @@ pub(super) struct Existing {
 impl Existing {
     /// Whether the column holds whole numbers only.
     pub fn is_integer(&self) -> bool {
-        matches!(self.data_type.as_str(), "tinyint" | "smallint" | "mediumint" | "int" | "bigint")
-            && !self.is_boolean()
+        matches!(self.data_type.as_str(), "tinyint" | "smallint" | "mediumint" | "int" | "bigint") && !self.is_boolean()
     }
 
     fn is_boolean(&self) -> bool {
@@ -60,7 +59,8 @@ impl Existing {
 /// The columns of `table` in the connection's database, in their order; empty when it does
 /// not exist.
 pub(super) async fn existing(conn: &mut Conn, table: &str) -> Result<Vec<Existing>> {
-    let rows: Vec<(String, String, String, Option<u64>, Option<u64>)> = conn
+    type Row = (String, String, String, Option<u64>, Option<u64>);
+    let rows: Vec<Row> = conn
         .exec(
             "SELECT column_name, LOWER(data_type), LOWER(column_type), numeric_precision, numeric_scale \
              FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? \
@@ -101,7 +101,10 @@ mod tests {
         assert_eq!(column("int", "int(11)", Some(10), Some(0)).column_type(), ColumnType::Bigint);
         assert!(column("int", "int(11)", Some(10), Some(0)).is_integer());
         assert!(!column("tinyint", "tinyint(1)", Some(3), Some(0)).is_integer());
-        assert_eq!(column("bigint", "bigint(20) unsigned", Some(20), Some(0)).column_type(), ColumnType::Decimal(20, 0));
+        assert_eq!(
+            column("bigint", "bigint(20) unsigned", Some(20), Some(0)).column_type(),
+            ColumnType::Decimal(20, 0)
+        );
         assert_eq!(column("decimal", "decimal(12,2)", Some(12), Some(2)).column_type(), ColumnType::Decimal(12, 2));
         assert_eq!(column("decimal", "decimal(65,2)", Some(65), Some(2)).column_type(), ColumnType::Varchar);
         assert_eq!(column("double", "double", Some(22), None).column_type(), ColumnType::Double);

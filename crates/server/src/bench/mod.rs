@@ -49,6 +49,10 @@ pub struct BenchArgs {
     /// The stream's `stage` (JSON), with `--destination`: a staged bulk load.
     #[arg(long)]
     pub stage: Option<String>,
+    /// Clients watching the stream's live feed (`/api/streams/bench/feed`) during both runs,
+    /// to measure what watching costs the pipeline (compare with a run without).
+    #[arg(long, default_value_t = 0)]
+    pub feed_clients: usize,
 }
 
 /// Run the benchmark and print the report.
@@ -109,6 +113,7 @@ async fn bench(args: &BenchArgs, dir: &Path) -> Result<Report, String> {
     };
     let bodies: Arc<Vec<String>> = Arc::new(lines.chunks(args.batch).map(|c| c.join("\n")).collect());
     drop(lines);
+    let watchers = watch_feed(&server, &http, args.feed_clients).await?;
 
     eprintln!("throughput: {} events in pushes of {} from {} clients", args.events, args.batch, args.clients);
     let next = Arc::new(AtomicUsize::new(0));
@@ -135,7 +140,12 @@ async fn bench(args: &BenchArgs, dir: &Path) -> Result<Report, String> {
     for task in tasks {
         push_latencies.extend(task.await.map_err(|e| e.to_string())??);
     }
-    let sluice_secs = t.elapsed().as_secs_f64();
+    // A staged destination answers once rows are in its stage: the run ends when they are
+    // loaded. Every other destination and the workspace answer after the commit.
+    let sluice_secs = match (&destination, &args.stage) {
+        (Some(_), Some(_)) => server.wait_written(&http, "bench", args.events, t).await?,
+        _ => t.elapsed().as_secs_f64(),
+    };
     let stored = stored_rows(&server).await?;
     if stored != args.events as i64 {
         return Err(format!("stored {stored} rows, pushed {}", args.events));
@@ -145,6 +155,11 @@ async fn bench(args: &BenchArgs, dir: &Path) -> Result<Report, String> {
     let latency = latency_run(args, &server, &http, &key).await?;
     let stored_after = stored_rows(&server).await?;
     let peak_rss_kib = server.peak_rss_kib();
+    for (i, (reader, counts)) in watchers.into_iter().enumerate() {
+        reader.abort();
+        let (rows, skipped) = counts.lock().map(|c| *c).unwrap_or_default();
+        eprintln!("feed client {i}: {rows} rows events, {skipped} skipped events");
+    }
     server.stop();
 
     Ok(Report {
@@ -163,6 +178,37 @@ async fn bench(args: &BenchArgs, dir: &Path) -> Result<Report, String> {
         clients: args.clients,
         batch: args.batch,
     })
+}
+
+/// A client reading the bench stream's live feed: its reader task and the `rows` and
+/// `skipped` events it read.
+type Watcher = (tokio::task::JoinHandle<()>, Arc<std::sync::Mutex<(u64, u64)>>);
+
+/// `n` clients reading the bench stream's live feed, each connected (its `open` event read)
+/// before this returns.
+async fn watch_feed(server: &ServerProcess, http: &reqwest::Client, n: usize) -> Result<Vec<Watcher>, String> {
+    let mut watchers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let url = format!("{}/api/streams/bench/feed", server.base);
+        let mut r = http.get(url).send().await.map_err(|e| e.to_string())?;
+        if r.status() != 200 {
+            return Err(format!("the live feed answered {}", r.status()));
+        }
+        r.chunk().await.map_err(|e| e.to_string())?;
+        let counts = Arc::new(std::sync::Mutex::new((0u64, 0u64)));
+        let seen = counts.clone();
+        let reader = tokio::spawn(async move {
+            while let Ok(Some(chunk)) = r.chunk().await {
+                let text = String::from_utf8_lossy(&chunk);
+                if let Ok(mut c) = seen.lock() {
+                    c.0 += text.matches("event: rows").count() as u64;
+                    c.1 += text.matches("event: skipped").count() as u64;
+                }
+            }
+        });
+        watchers.push((reader, counts));
+    }
+    Ok(watchers)
 }
 
 /// Open-loop pushes at a fixed rate: each request's send→202 time is its push→queryable

@@ -1,0 +1,156 @@
+//! Where a DuckLake lives: its catalog (a SQLite file or a Postgres database), its data folder
+//! (local or on S3), and the DuckDB extensions that read and write it.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{Error, Result, Secret};
+
+use crate::files::S3Config;
+
+/// A table in a DuckLake: the catalog holds the metadata, the data path holds Parquet files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DuckLakeConfig {
+    /// The catalog: `sqlite:/path/lake.sqlite`, or `postgres:host=… port=… dbname=… user=…`
+    /// (its password in `catalog_password`).
+    pub catalog: String,
+    /// Password of a Postgres catalog; never serialized back.
+    #[serde(default, skip_serializing)]
+    pub catalog_password: Option<Secret>,
+    /// Where the data files go: a folder, or `s3://bucket/prefix/`.
+    pub data_path: String,
+    /// The S3 account of an `s3://` data path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Config>,
+    /// Schema of the table in the lake.
+    #[serde(default = "default_schema")]
+    pub schema: String,
+    /// The table; created when missing. A stream leaves it out: its `table` names the table.
+    #[serde(default)]
+    pub table: String,
+    /// The folder of DuckDB extensions (`<dir>/v<version>/linux_amd64/*.duckdb_extension`);
+    /// default `SLUICE_DUCKDB_EXTENSIONS`, else DuckDB's own. Nothing is downloaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extension_directory: Option<PathBuf>,
+}
+
+fn default_schema() -> String {
+    "main".into()
+}
+
+impl DuckLakeConfig {
+    /// Check the fields; pure.
+    pub fn validate(&self) -> Result<()> {
+        if self.table.trim().is_empty() {
+            return Err(Error::config("destination.table", "must not be empty"));
+        }
+        self.validate_connection()
+    }
+
+    /// Check every field but the table (a stream's destination takes the stream's); pure.
+    pub fn validate_connection(&self) -> Result<()> {
+        let kind = self.catalog.split_once(':').map(|(k, rest)| (k, rest.trim()));
+        match kind {
+            Some(("sqlite" | "postgres", rest)) if !rest.is_empty() => {}
+            _ => {
+                return Err(Error::config(
+                    "destination.catalog",
+                    "give `sqlite:/path/lake.sqlite` or `postgres:host=… dbname=… user=…`",
+                ));
+            }
+        }
+        if self.catalog.contains('\'') {
+            return Err(Error::config("destination.catalog", "must not contain a single quote"));
+        }
+        if self.data_path.trim().is_empty() || self.data_path.contains('\'') {
+            return Err(Error::config("destination.data_path", "a folder or s3://bucket/prefix/, without quotes"));
+        }
+        if self.data_path.starts_with("s3://") != self.s3.is_some() {
+            return Err(Error::config("destination.s3", "an s3:// data_path needs `s3`, and only it takes one"));
+        }
+        if self.schema.trim().is_empty() {
+            return Err(Error::config("destination.schema", "must not be empty"));
+        }
+        Ok(())
+    }
+
+    /// The extension folder to load from.
+    pub(super) fn extensions(&self) -> Option<PathBuf> {
+        self.extension_directory.clone().or_else(|| std::env::var_os("SLUICE_DUCKDB_EXTENSIONS").map(PathBuf::from))
+    }
+
+    /// The statements that make `lake` this DuckLake on a new connection.
+    pub(super) fn attach_sql(&self) -> String {
+        let mut sql = String::from("SET autoinstall_known_extensions = false; SET autoload_known_extensions = false; ");
+        if let Some(dir) = self.extensions() {
+            sql.push_str(&format!("SET extension_directory = '{}'; ", literal(&dir.display().to_string())));
+        }
+        let scanner = if self.catalog.starts_with("sqlite:") { "sqlite_scanner" } else { "postgres_scanner" };
+        sql.push_str(&format!("LOAD ducklake; LOAD {scanner}; "));
+        if let Some(s3) = &self.s3 {
+            sql.push_str("LOAD httpfs; ");
+            let mut secret =
+                format!("CREATE OR REPLACE SECRET sluice_lake_s3 (TYPE s3, REGION '{}'", literal(&s3.region));
+            if let Some(key) = &s3.access_key_id {
+                secret.push_str(&format!(", KEY_ID '{}'", literal(key)));
+            }
+            if let Some(value) = &s3.secret_access_key {
+                secret.push_str(&format!(", SECRET '{}'", literal(value.expose())));
+            }
+            if let Some(endpoint) = &s3.endpoint {
+                let (ssl, host) = match endpoint.split_once("://") {
+                    Some(("http", host)) => (false, host),
+                    Some((_, host)) => (true, host),
+                    None => (true, endpoint.as_str()),
+                };
+                secret.push_str(&format!(", ENDPOINT '{}', URL_STYLE 'path', USE_SSL {ssl}", literal(host)));
+            }
+            sql.push_str(&secret);
+            sql.push_str("); ");
+        }
+        let mut catalog = self.catalog.clone();
+        if let Some(password) = &self.catalog_password {
+            catalog.push_str(&format!(" password={}", password.expose()));
+        }
+        sql.push_str(&format!(
+            "ATTACH 'ducklake:{}' AS lake (DATA_PATH '{}')",
+            literal(&catalog),
+            literal(&self.data_path)
+        ));
+        sql
+    }
+}
+
+/// `text` inside single quotes.
+pub(super) fn literal(text: &str) -> String {
+    text.replace('\'', "''")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> DuckLakeConfig {
+        DuckLakeConfig {
+            catalog: "sqlite:/tmp/lake.sqlite".into(),
+            catalog_password: None,
+            data_path: "/tmp/lake/".into(),
+            s3: None,
+            schema: "main".into(),
+            table: String::new(),
+            extension_directory: None,
+        }
+    }
+
+    #[test]
+    fn each_field_is_checked_by_name() {
+        assert!(config().validate_connection().is_ok());
+        let field = |c: DuckLakeConfig| c.validate_connection().unwrap_err().to_string();
+        assert!(field(DuckLakeConfig { catalog: "mysql:x".into(), ..config() }).contains("destination.catalog"));
+        assert!(field(DuckLakeConfig { catalog: "sqlite:".into(), ..config() }).contains("destination.catalog"));
+        assert!(field(DuckLakeConfig { data_path: "s3://b/p/".into(), ..config() }).contains("destination.s3"));
+        assert!(field(DuckLakeConfig { data_path: "/a'b".into(), ..config() }).contains("destination.data_path"));
+        assert!(config().validate().unwrap_err().to_string().contains("destination.table"));
+    }
+}

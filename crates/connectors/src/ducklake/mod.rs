@@ -1,0 +1,8 @@
+//! DuckLake: tables whose metadata lives in a SQL catalog (SQLite or Postgres) and whose data
+//! are Parquet files in a folder or on S3, written through DuckDB's `ducklake` extension.
+
+mod config;
+mod target;
+
+pub use config::DuckLakeConfig;
+pub use target::DuckLakeTarget;

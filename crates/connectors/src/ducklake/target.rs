@@ -1,0 +1,292 @@
+//! Writes into DuckLake tables through DuckDB's `ducklake` extension, on a DuckDB of the
+//! destination's own (in memory; the lake's catalog and files are the durable part). Each write
+//! is one DuckLake transaction, so one snapshot: the rows of every table it touches and the
+//! stream's position in `sluice_positions`, committed together (exactly once). Rows are
+//! appended to a temporary stage table first (DuckDB lets a transaction write temporary tables
+//! beside one attached database), then inserted, merged by key or deleted from there.
+
+use std::sync::{Arc, Mutex};
+
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use duckdb::Connection;
+use sluice_core::schema::{Column, ColumnType, TableSchema};
+use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Stamp, SyncMode};
+
+use super::config::{DuckLakeConfig, literal};
+
+/// Delivers into DuckLake tables.
+pub struct DuckLakeTarget {
+    config: DuckLakeConfig,
+    /// The attached lake, kept between writes; dropped after an error.
+    lake: Arc<Mutex<Option<Connection>>>,
+}
+
+impl DuckLakeTarget {
+    /// A destination for `config` (attaches on use).
+    pub fn new(config: DuckLakeConfig) -> Self {
+        Self { config, lake: Arc::new(Mutex::new(None)) }
+    }
+
+    /// Run `work` on the attached lake off the async threads; an error drops the connection.
+    async fn with_lake<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &DuckLakeConfig) -> Result<T> + Send + 'static,
+    {
+        let (lake, config) = (self.lake.clone(), self.config.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut slot = lake.lock().map_err(|_| Error::new(ErrorKind::Fatal, "DuckLake: a write panicked"))?;
+            if slot.is_none() {
+                let conn = Connection::open_in_memory().map_err(lake_error)?;
+                conn.execute_batch("SET memory_limit = '256MB'; SET threads = 2").map_err(lake_error)?;
+                conn.execute_batch(&config.attach_sql()).map_err(|e| {
+                    Error::new(ErrorKind::Connect, format!("DuckLake: cannot attach {}: {e}", config.catalog))
+                })?;
+                *slot = Some(conn);
+            }
+            let result = work(slot.as_ref().expect("attached just now"), &config);
+            if result.is_err() {
+                *slot = None;
+            }
+            result
+        })
+        .await
+        .map_err(|e| Error::new(ErrorKind::Fatal, "DuckLake: a write panicked").with_source(e))?
+    }
+}
+
+#[async_trait]
+impl Destination for DuckLakeTarget {
+    async fn check(&mut self) -> Result<()> {
+        self.with_lake(|conn, _| conn.execute_batch("SELECT 1").map_err(lake_error)).await
+    }
+
+    async fn deliver(&mut self, delivery: &Delivery) -> Result<()> {
+        self.write(std::slice::from_ref(delivery), None).await
+    }
+
+    async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
+        let (deliveries, stamp) = (deliveries.to_vec(), stamp.cloned());
+        self.with_lake(move |conn, config| write(conn, config, &deliveries, stamp.as_ref())).await
+    }
+
+    async fn keys(&mut self, _table: &str) -> Result<Option<Vec<String>>> {
+        // A DuckLake table has no primary key or unique index to read keys from.
+        Ok(None)
+    }
+
+    async fn table_schema(&mut self, table: &str) -> Result<Option<TableSchema>> {
+        let table = table.to_string();
+        self.with_lake(move |conn, config| {
+            let columns = existing_columns(conn, &config.schema, &table)?;
+            Ok((!columns.is_empty()).then(|| {
+                TableSchema::existing(
+                    columns
+                        .into_iter()
+                        .map(|(name, ty)| Column { name, ty: ColumnType::from_sql(&ty).unwrap_or(ColumnType::Varchar) })
+                        .collect(),
+                )
+            }))
+        })
+        .await
+    }
+
+    async fn stamp(&mut self, owner: &str) -> Result<Option<String>> {
+        let owner = owner.to_string();
+        self.with_lake(move |conn, _| {
+            if existing_columns(conn, "main", POSITIONS)?.is_empty() {
+                return Ok(None);
+            }
+            let mut statement = conn
+                .prepare(&format!("SELECT checkpoint FROM lake.main.{POSITIONS} WHERE owner = ?"))
+                .map_err(lake_error)?;
+            let mut rows = statement.query([&owner]).map_err(lake_error)?;
+            match rows.next().map_err(lake_error)? {
+                Some(row) => Ok(Some(row.get(0).map_err(lake_error)?)),
+                None => Ok(None),
+            }
+        })
+        .await
+    }
+}
+
+/// DuckDB's integer types, as `duckdb_columns()` names them.
+const INTEGERS: [&str; 4] = ["TINYINT", "SMALLINT", "INTEGER", "BIGINT"];
+
+/// The table in the lake's `main` schema where streams keep their positions.
+const POSITIONS: &str = "sluice_positions";
+
+fn write(conn: &Connection, config: &DuckLakeConfig, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
+    conn.execute_batch("BEGIN TRANSACTION").map_err(lake_error)?;
+    let result = (|| {
+        for delivery in deliveries {
+            apply(conn, config, delivery)?;
+        }
+        if let Some(stamp) = stamp {
+            conn.execute_batch(&format!(
+                "CREATE TABLE IF NOT EXISTS lake.main.{POSITIONS} (owner VARCHAR, checkpoint VARCHAR, \
+                 written_at TIMESTAMPTZ); DELETE FROM lake.main.{POSITIONS} WHERE owner = '{owner}'; \
+                 INSERT INTO lake.main.{POSITIONS} VALUES ('{owner}', '{checkpoint}', now())",
+                owner = literal(&stamp.owner),
+                checkpoint = literal(&stamp.checkpoint),
+            ))
+            .map_err(lake_error)?;
+        }
+        conn.execute_batch("COMMIT").map_err(lake_error)
+    })();
+    if result.is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    let _ =
+        conn.execute_batch("DROP TABLE IF EXISTS temp.main.sluice_stage; DROP TABLE IF EXISTS temp.main.sluice_gone");
+    result
+}
+
+/// One delivery inside the open transaction: the table created or given its new columns, then
+/// the rows appended, replaced, or merged by key (deletes too).
+fn apply(conn: &Connection, config: &DuckLakeConfig, delivery: &Delivery) -> Result<()> {
+    let name = delivery.table.as_deref().unwrap_or(&config.table);
+    let table = format!("lake.{}.{}", quote(&config.schema), quote(name));
+    let existing = existing_columns(conn, &config.schema, name)?;
+    if existing.is_empty() {
+        if config.schema != "main" {
+            conn.execute_batch(&format!("CREATE SCHEMA IF NOT EXISTS lake.{}", quote(&config.schema)))
+                .map_err(lake_error)?;
+        }
+        conn.execute_batch(&format!("CREATE TABLE {table} ({})", column_list(&delivery.schema)?))
+            .map_err(lake_error)?;
+    } else {
+        for field in delivery.schema.fields() {
+            let sql = match existing.iter().find(|(c, _)| c == field.name()) {
+                None => format!("ALTER TABLE {table} ADD COLUMN {} {}", quote(field.name()), sql_type(field)?),
+                // Integers that now get fractions (the decoder widened the column): DuckLake
+                // promotes the column's type in place, as the workspace does.
+                Some((_, ty)) if INTEGERS.contains(&ty.as_str()) && field.data_type() == &DataType::Float64 => {
+                    format!("ALTER TABLE {table} ALTER COLUMN {} TYPE DOUBLE", quote(field.name()))
+                }
+                Some(_) => continue,
+            };
+            conn.execute_batch(&sql).map_err(lake_error)?;
+        }
+    }
+    let columns: Vec<String> = delivery.schema.fields().iter().map(|f| quote(f.name())).collect();
+    let list = columns.join(", ");
+    stage(conn, "sluice_stage", &delivery.schema, &delivery.rows)?;
+    let keys: Vec<String> = delivery.keys.iter().map(|k| quote(k)).collect();
+    let matching =
+        keys.iter().map(|k| format!("s.{k} IS NOT DISTINCT FROM {table}.{k}")).collect::<Vec<_>>().join(" AND ");
+    let sql = match delivery.mode {
+        SyncMode::Append => format!("INSERT INTO {table} ({list}) SELECT {list} FROM temp.main.sluice_stage"),
+        SyncMode::Replace => {
+            format!("DELETE FROM {table}; INSERT INTO {table} ({list}) SELECT {list} FROM temp.main.sluice_stage")
+        }
+        SyncMode::Upsert | SyncMode::Mirror => {
+            let mut sql = String::new();
+            if delivery.delete_count() > 0 {
+                let key_fields: Vec<Field> = delivery
+                    .keys
+                    .iter()
+                    .map(|k| delivery.schema.field_with_name(k).cloned().map_err(|e| arrow_error(&e)))
+                    .collect::<Result<_>>()?;
+                stage(conn, "sluice_gone", &Arc::new(Schema::new(key_fields)), &delivery.deletes)?;
+                sql.push_str(&format!(
+                    "DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM temp.main.sluice_gone s WHERE {}); ",
+                    matching
+                ));
+            }
+            if delivery.row_count() > 0 {
+                sql.push_str(&format!(
+                    "DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM temp.main.sluice_stage s WHERE {}); \
+                     INSERT INTO {table} ({list}) SELECT {list} FROM temp.main.sluice_stage",
+                    matching
+                ));
+            }
+            sql
+        }
+    };
+    if !sql.is_empty() {
+        conn.execute_batch(&sql).map_err(lake_error)?;
+    }
+    Ok(())
+}
+
+/// `rows` in a new temporary table `name` of `schema`'s columns.
+fn stage(conn: &Connection, name: &str, schema: &Arc<Schema>, rows: &[RecordBatch]) -> Result<()> {
+    conn.execute_batch(&format!(
+        "DROP TABLE IF EXISTS temp.main.{name}; CREATE TEMP TABLE {name} ({})",
+        column_list(schema)?
+    ))
+    .map_err(lake_error)?;
+    let mut appender = conn.appender_to_catalog_and_db(name, "temp", "main").map_err(lake_error)?;
+    for batch in rows.iter().filter(|b| b.num_rows() > 0) {
+        appender.append_record_batch(batch.clone()).map_err(lake_error)?;
+    }
+    appender.flush().map_err(lake_error)
+}
+
+/// The columns of `schema.table` in the lake with their types; empty when it does not exist.
+fn existing_columns(conn: &Connection, schema: &str, table: &str) -> Result<Vec<(String, String)>> {
+    let mut statement = conn
+        .prepare(
+            "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = 'lake' \
+             AND schema_name = ? AND table_name = ? ORDER BY column_index",
+        )
+        .map_err(lake_error)?;
+    let rows = statement
+        .query_map([schema, table], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))
+        .map_err(lake_error)?;
+    rows.collect::<std::result::Result<_, _>>().map_err(lake_error)
+}
+
+fn column_list(schema: &Schema) -> Result<String> {
+    let columns: Vec<String> =
+        schema.fields().iter().map(|f| Ok(format!("{} {}", quote(f.name()), sql_type(f)?))).collect::<Result<_>>()?;
+    Ok(columns.join(", "))
+}
+
+/// The DuckDB type of an Arrow column.
+fn sql_type(field: &Field) -> Result<String> {
+    Ok(match field.data_type() {
+        DataType::Boolean => "BOOLEAN".into(),
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => "BIGINT".into(),
+        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 => "BIGINT".into(),
+        DataType::UInt64 => "UBIGINT".into(),
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => "DOUBLE".into(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "VARCHAR".into(),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => "BLOB".into(),
+        DataType::Date32 | DataType::Date64 => "DATE".into(),
+        DataType::Time64(_) | DataType::Time32(_) => "TIME".into(),
+        DataType::Timestamp(_, Some(_)) => "TIMESTAMPTZ".into(),
+        DataType::Timestamp(TimeUnit::Nanosecond, None) => "TIMESTAMP_NS".into(),
+        DataType::Timestamp(_, None) => "TIMESTAMP".into(),
+        DataType::Decimal128(p, s) => format!("DECIMAL({p},{s})"),
+        DataType::List(item) | DataType::LargeList(item) => format!("{}[]", sql_type(item)?),
+        other => {
+            return Err(Error::new(
+                ErrorKind::Fatal,
+                format!("DuckLake: column '{}' has a type the destination does not take ({other})", field.name()),
+            ));
+        }
+    })
+}
+
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn lake_error(e: duckdb::Error) -> Error {
+    let text = e.to_string();
+    // A catalog or store that cannot be reached is worth retrying; anything else is not.
+    let kind = if text.contains("IO Error") || text.contains("HTTP") || text.contains("Connection") {
+        ErrorKind::Connect
+    } else {
+        ErrorKind::Fatal
+    };
+    Error::new(kind, format!("DuckLake: {text}"))
+}
+
+fn arrow_error(e: &arrow::error::ArrowError) -> Error {
+    Error::new(ErrorKind::Fatal, format!("DuckLake: {e}"))
+}

@@ -1,0 +1,190 @@
+//! Streams into DuckLake tables (SQLite catalog, data in a local folder): HTTP push appended
+//! exactly once across kill -9 with a column added mid-stream, and Postgres CDC mirrored
+//! (snapshot, updates, deletes) equal to the source. The lake is read back by Python's duckdb
+//! with the same ducklake extension, a reader independent of Sluice.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::harness::{DataDir, Server, wait_until};
+use crate::postgres::Postgres;
+
+fn extensions() -> String {
+    std::env::var("SLUICE_DUCKDB_EXTENSIONS").expect("SLUICE_DUCKDB_EXTENSIONS: run the tests through scripts/test.sh")
+}
+
+fn lake_destination(lake: &Path) -> Value {
+    json!({"kind": "ducklake", "catalog": format!("sqlite:{}", lake.join("meta.sqlite").display()),
+           "data_path": format!("{}/", lake.join("data").display())})
+}
+
+/// The rows of `sql` on the lake as `|`-joined values (NULL as `-`), read by Python's duckdb;
+/// `None` while the lake cannot be read (not made yet, or its catalog busy).
+fn read(lake: &Path, sql: &str) -> Option<Vec<String>> {
+    let script = format!(
+        "import duckdb, os, sys\n\
+         meta = {meta:?}\n\
+         if not os.path.exists(meta): sys.exit(3)\n\
+         c = duckdb.connect()\n\
+         c.execute(\"SET extension_directory = '{ext}'; SET autoinstall_known_extensions = false; \
+         SET autoload_known_extensions = false; LOAD ducklake; LOAD sqlite_scanner\")\n\
+         c.execute(\"ATTACH 'ducklake:sqlite:\" + meta + \"' AS lake (DATA_PATH '{data}/', READ_ONLY)\")\n\
+         c.execute('USE lake')\n\
+         for r in c.execute({sql:?}).fetchall():\n    print('|'.join('-' if v is None else str(v) for v in r))\n",
+        meta = lake.join("meta.sqlite").display().to_string(),
+        data = lake.join("data").display(),
+        ext = extensions(),
+    );
+    let python = std::env::var("PYTOOLS_PYTHON").expect("PYTOOLS_PYTHON: run the tests through scripts/test.sh");
+    let out = std::process::Command::new(python).args(["-c", &script]).output().expect("run python");
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect())
+}
+
+fn count(lake: &Path, table: &str) -> i64 {
+    read(lake, &format!("SELECT count(*) FROM \"{table}\""))
+        .and_then(|l| l.first().and_then(|n| n.parse().ok()))
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn http_push_to_ducklake_exactly_once_across_kill_9_with_a_column_added_mid_stream() {
+    let dir = DataDir::new("dest-ducklake");
+    let lake = DataDir::new("dest-ducklake-lake");
+    let mut server = Server::start(&dir.0).await;
+    let key = server
+        .create_stream(json!({"name": "o", "table": "events", "destination": lake_destination(&lake.0),
+                              "flush": {"max_wait_ms": 50}}))
+        .await;
+    // 300 pushes of 10 events, a `coupon` from the 150th on, each retried with its
+    // Idempotency-Key across the restart.
+    const PUSHES: usize = 300;
+    const TOTAL: i64 = (PUSHES * 10) as i64;
+    let base = Arc::new(Mutex::new(server.base.clone()));
+    let pushing = crate::harness::push_orders(base.clone(), "o", key, PUSHES, 30);
+    let threshold = 400 + (rand::random::<u64>() % 800) as i64;
+    wait_until("events in the lake", Duration::from_secs(90), || async { count(&lake.0, "events") >= threshold }).await;
+    server.kill9();
+    let seen = count(&lake.0, "events");
+    assert!(seen < TOTAL, "the kill came after the last event ({seen}): it tests nothing");
+    server = Server::start(&dir.0).await;
+    *base.lock().unwrap() = server.base.clone();
+    pushing.await.unwrap();
+    wait_until("every event in the lake", Duration::from_secs(120), || async { count(&lake.0, "events") >= TOTAL })
+        .await;
+    let (_, metrics) = server.get("/api/streams/o/metrics").await;
+    let check = read(
+        &lake.0,
+        "SELECT count(*), count(DISTINCT id), count(coupon), min(id), max(id), \
+         sum((coupon IS DISTINCT FROM (CASE WHEN id >= 1500 THEN 'c' || id END))::int), \
+         sum((amount IS DISTINCT FROM (id % 97) + 0.5)::int) FROM events",
+    );
+    assert_eq!(check, Some(vec!["3000|3000|1500|0|2999|0|0".to_string()]), "each event once: {metrics}");
+    // The position is in the lake, committed in the same snapshot as the rows.
+    let positions = read(&lake.0, "SELECT owner, json_valid(checkpoint)::int FROM sluice_positions");
+    assert_eq!(positions, Some(vec!["o|1".to_string()]));
+    assert_eq!(metrics["state"], "running", "{metrics}");
+}
+
+#[tokio::test]
+async fn postgres_cdc_mirrored_into_ducklake_equals_the_source() {
+    let pg = Postgres::start();
+    pg.sql(
+        "CREATE TABLE accounts (id int PRIMARY KEY, name text, amount numeric(12,2), at timestamptz);
+         INSERT INTO accounts SELECT g, 'n' || g, g * 1.25, timestamptz '2024-01-01 00:00:00+00' + g * interval '1 minute'
+           FROM generate_series(1, 5000) g;",
+    );
+    let dir = DataDir::new("dest-ducklake-cdc");
+    let lake = DataDir::new("dest-ducklake-cdc-lake");
+    let mut server = Server::start(&dir.0).await;
+    server
+        .create_stream(json!({
+            "name": "m", "table": "[table]", "destination": lake_destination(&lake.0),
+            "source": {"type": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest",
+                       "user": "etl", "password": "etl", "tables": ["public.accounts"], "snapshot_chunk_rows": 1000},
+            "flush": {"max_wait_ms": 20},
+        }))
+        .await;
+    wait_until("the snapshot in the lake", Duration::from_secs(120), || async { count(&lake.0, "accounts") >= 5000 })
+        .await;
+    pg.sql(
+        "UPDATE accounts SET amount = amount + 1, name = NULL WHERE id % 7 = 0;
+         DELETE FROM accounts WHERE id % 11 = 0;
+         INSERT INTO accounts VALUES (9001, 'new', 0.5, now());",
+    );
+    server.kill9();
+    server = Server::start(&dir.0).await;
+    pg.sql("UPDATE accounts SET name = 'after' WHERE id <= 20;");
+    const ROWS: &str = "SELECT count(*), count(name), sum(amount), sum(id), \
+                        count(*) FILTER (WHERE name = 'after') FROM accounts";
+    let want = pg.lines(ROWS);
+    // psql prints numeric sums as they are; duckdb's DECIMAL sum prints the same digits.
+    wait_until("the lake to equal the source", Duration::from_secs(120), || async {
+        read(&lake.0, ROWS).is_some_and(|got| got == want)
+    })
+    .await;
+    let (_, metrics) = server.get("/api/streams/m/metrics").await;
+    assert_eq!(metrics["state"], "running", "{metrics}");
+}
+
+/// A push stream into a DuckLake table starts from the table's columns after a restart: text
+/// in an integer column goes to the ledger, fractions widen the column to DOUBLE. A sync
+/// delivers into the lake through the same destination: upserts by key, one snapshot a run.
+#[tokio::test]
+async fn lake_columns_are_fitted_and_widened_and_a_sync_upserts_into_the_lake() {
+    let dir = DataDir::new("dest-ducklake-fit");
+    let lake = DataDir::new("dest-ducklake-fit-lake");
+    let mut server = Server::start(&dir.0).await;
+    let key = server
+        .create_stream(json!({"name": "p", "table": "scores", "destination": lake_destination(&lake.0),
+                              "flush": {"max_wait_ms": 20}}))
+        .await;
+    let (status, answer) = server.push("p", &key, r#"[{"id": 1, "score": 5}, {"id": 2, "score": 6}]"#).await;
+    assert_eq!(status, 202, "{answer}");
+    wait_until("the first rows", Duration::from_secs(30), || async { count(&lake.0, "scores") == 2 }).await;
+    server.kill9();
+    server = Server::start(&dir.0).await;
+    let (status, answer) = server.push("p", &key, r#"{"id": 3, "score": "lots"}"#).await;
+    assert_eq!((status, answer["rejected"].clone()), (202, json!(1)), "{answer}");
+    let (status, answer) = server.push("p", &key, r#"{"id": 4, "score": 2.5}"#).await;
+    assert_eq!(status, 202, "{answer}");
+    let rows = || read(&lake.0, "SELECT id, score, typeof(score) FROM scores ORDER BY id");
+    wait_until("the widened column", Duration::from_secs(30), || async {
+        rows().is_some_and(|r| r == ["1|5.0|DOUBLE", "2|6.0|DOUBLE", "3|-|DOUBLE", "4|2.5|DOUBLE"])
+    })
+    .await;
+
+    // A sync from the workspace into the lake, upserting by key.
+    let source = server
+        .create_stream(json!({"name": "people", "table": "people", "metadata": {"position": true},
+                              "flush": {"max_wait_ms": 20}}))
+        .await;
+    let (status, _) = server.push("people", &source, r#"[{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]"#).await;
+    assert_eq!(status, 202);
+    wait_until("people in the workspace", Duration::from_secs(30), || async { server.count("people").await == 2 })
+        .await;
+    let mut destination = lake_destination(&lake.0);
+    destination["table"] = json!("people_copy");
+    let (status, body) = server
+        .create_sync(json!({"name": "to_lake", "mode": "upsert", "keys": ["id"], "destination": destination,
+                            "query": "SELECT id, arg_max(name, _position) AS name FROM people GROUP BY id"}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let run = server.run_sync("to_lake").await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let (status, _) = server.push("people", &source, r#"[{"id": 2, "name": "B"}, {"id": 3, "name": "c"}]"#).await;
+    assert_eq!(status, 202);
+    wait_until("more people", Duration::from_secs(30), || async { server.count("people").await == 4 }).await;
+    let run = server.run_sync("to_lake").await;
+    assert_eq!(
+        (run["status"].clone(), run["inserted"].clone(), run["updated"].clone()),
+        (json!("succeeded"), json!(1), json!(1)),
+        "{run}"
+    );
+    assert_eq!(
+        read(&lake.0, "SELECT id, name FROM people_copy ORDER BY id"),
+        Some(vec!["1|a".to_string(), "2|B".to_string(), "3|c".to_string()])
+    );
+}
