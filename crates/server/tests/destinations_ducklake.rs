@@ -188,3 +188,53 @@ async fn lake_columns_are_fitted_and_widened_and_a_sync_upserts_into_the_lake() 
         Some(vec!["1|a".to_string(), "2|B".to_string(), "3|c".to_string()])
     );
 }
+
+/// A lake whose catalog is a Postgres database and whose files are on S3 (moto): pushed rows
+/// land once, read back by Python's duckdb through the same catalog and bucket.
+#[tokio::test]
+async fn a_lake_with_a_postgres_catalog_and_files_on_s3() {
+    let pg = Postgres::start();
+    let moto = crate::moto::Moto::start();
+    crate::moto::py(&format!("{}s3.create_bucket(Bucket='lake')\n", moto.boto()));
+    let dir = DataDir::new("dest-ducklake-s3");
+    let server = Server::start(&dir.0).await;
+    let destination = json!({
+        "kind": "ducklake", "catalog": format!("postgres:host=127.0.0.1 port={} dbname=etltest user=etl", pg.port),
+        "catalog_password": "etl", "data_path": "s3://lake/tables/",
+        "s3": {"endpoint": moto.endpoint, "access_key_id": "test", "secret_access_key": "test"},
+    });
+    let key = server
+        .create_stream(
+            json!({"name": "s", "table": "events", "destination": destination, "flush": {"max_wait_ms": 20}}),
+        )
+        .await;
+    for round in 0..3 {
+        let events: Vec<Value> = (0..20).map(|i| json!({"id": round * 20 + i, "v": format!("r{round}")})).collect();
+        let (status, answer) = server.push("s", &key, Value::Array(events).to_string()).await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    let host = moto.endpoint.trim_start_matches("http://").to_string();
+    let script = format!(
+        "import duckdb\n\
+         c = duckdb.connect()\n\
+         c.execute(\"SET extension_directory = '{ext}'; SET autoinstall_known_extensions = false; \
+         SET autoload_known_extensions = false; LOAD ducklake; LOAD postgres_scanner; LOAD httpfs\")\n\
+         c.execute(\"CREATE SECRET (TYPE s3, KEY_ID 'test', SECRET 'test', REGION 'us-east-1', ENDPOINT '{host}', \
+         URL_STYLE 'path', USE_SSL false)\")\n\
+         c.execute(\"ATTACH 'ducklake:postgres:host=127.0.0.1 port={port} dbname=etltest user=etl password=etl' AS lake \
+         (DATA_PATH 's3://lake/tables/', READ_ONLY)\")\n\
+         print(c.execute('SELECT count(*), count(DISTINCT id), min(id), max(id) FROM lake.events').fetchone())\n",
+        ext = extensions(),
+        port = pg.port,
+    );
+    let python = std::env::var("PYTOOLS_PYTHON").expect("PYTOOLS_PYTHON: run the tests through scripts/test.sh");
+    let out = std::process::Command::new(python).args(["-c", &script]).output().expect("run python");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "(60, 60, 0, 59)");
+    // The files are in the bucket.
+    let listed = crate::moto::py(&format!(
+        "{}print(sum(1 for o in s3.list_objects_v2(Bucket='lake').get('Contents', []) if o['Key'].endswith('.parquet')))\n",
+        moto.boto()
+    ));
+    assert!(listed.trim().parse::<u32>().unwrap() >= 1, "{listed}");
+}
