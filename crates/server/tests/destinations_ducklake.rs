@@ -1,5 +1,5 @@
 //! Streams into DuckLake tables (SQLite catalog, data in a local folder): HTTP push appended
-//! exactly once across kill -9 with a column added mid-stream, and Postgres CDC mirrored
+//! exactly once across two kill -9 with a column added mid-stream, and Postgres CDC mirrored
 //! (snapshot, updates, deletes) equal to the source. The lake is read back by Python's duckdb
 //! with the same ducklake extension, a reader independent of Sluice.
 
@@ -50,7 +50,7 @@ fn count(lake: &Path, table: &str) -> i64 {
 }
 
 #[tokio::test]
-async fn http_push_to_ducklake_exactly_once_across_kill_9_with_a_column_added_mid_stream() {
+async fn http_push_to_ducklake_exactly_once_across_two_kill_9_with_a_column_added_mid_stream() {
     let dir = DataDir::new("dest-ducklake");
     let lake = DataDir::new("dest-ducklake-lake");
     let mut server = Server::start(&dir.0).await;
@@ -64,13 +64,17 @@ async fn http_push_to_ducklake_exactly_once_across_kill_9_with_a_column_added_mi
     const TOTAL: i64 = (PUSHES * 10) as i64;
     let base = Arc::new(Mutex::new(server.base.clone()));
     let pushing = crate::harness::push_orders(base.clone(), "o", key, PUSHES, 30);
-    let threshold = 400 + (rand::random::<u64>() % 800) as i64;
-    wait_until("events in the lake", Duration::from_secs(90), || async { count(&lake.0, "events") >= threshold }).await;
-    server.kill9();
-    let seen = count(&lake.0, "events");
-    assert!(seen < TOTAL, "the kill came after the last event ({seen}): it tests nothing");
-    server = Server::start(&dir.0).await;
-    *base.lock().unwrap() = server.base.clone();
+    // Two kills, at random points of the first and the second half.
+    for half in 0..2i64 {
+        let threshold = 300 + half * 1200 + (rand::random::<u64>() % 600) as i64;
+        wait_until("events in the lake", Duration::from_secs(90), || async { count(&lake.0, "events") >= threshold })
+            .await;
+        server.kill9();
+        let seen = count(&lake.0, "events");
+        assert!(seen < TOTAL, "the kill came after the last event ({seen}): it tests nothing");
+        server = Server::start(&dir.0).await;
+        *base.lock().unwrap() = server.base.clone();
+    }
     pushing.await.unwrap();
     wait_until("every event in the lake", Duration::from_secs(120), || async { count(&lake.0, "events") >= TOTAL })
         .await;
@@ -187,6 +191,17 @@ async fn lake_columns_are_fitted_and_widened_and_a_sync_upserts_into_the_lake() 
         read(&lake.0, "SELECT id, name FROM people_copy ORDER BY id"),
         Some(vec!["1|a".to_string(), "2|B".to_string(), "3|c".to_string()])
     );
+
+    // Without the extensions the destination is refused, saying what is missing and where.
+    let mut destination = lake_destination(&lake.0);
+    destination["table"] = json!("t");
+    destination["extension_directory"] = json!("/nonexistent");
+    let (status, body) = server
+        .create_sync(json!({"name": "no_ext", "mode": "replace", "destination": destination, "query": "SELECT 1 AS x"}))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    let text = body.to_string();
+    assert!(text.contains("ducklake extension") && text.contains("/nonexistent"), "{text}");
 }
 
 /// A lake whose catalog is a Postgres database and whose files are on S3 (moto): pushed rows

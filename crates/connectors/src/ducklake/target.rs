@@ -41,9 +41,7 @@ impl DuckLakeTarget {
             if slot.is_none() {
                 let conn = Connection::open_in_memory().map_err(lake_error)?;
                 conn.execute_batch("SET memory_limit = '256MB'; SET threads = 2").map_err(lake_error)?;
-                conn.execute_batch(&config.attach_sql()).map_err(|e| {
-                    Error::new(ErrorKind::Connect, format!("DuckLake: cannot attach {}: {e}", config.catalog))
-                })?;
+                conn.execute_batch(&config.attach_sql()).map_err(|e| attach_error(&config, &e))?;
                 *slot = Some(conn);
             }
             let result = work(slot.as_ref().expect("attached just now"), &config);
@@ -285,6 +283,24 @@ fn lake_error(e: duckdb::Error) -> Error {
         ErrorKind::Fatal
     };
     Error::new(kind, format!("DuckLake: {text}"))
+}
+
+/// Why the lake could not be attached: a missing extension is a setup to fix (named, with
+/// where it was looked for), anything else a catalog or store to retry.
+fn attach_error(config: &DuckLakeConfig, e: &duckdb::Error) -> Error {
+    let text = e.to_string();
+    if text.contains("Extension") && (text.contains("not found") || text.contains("could not be loaded")) {
+        let dir = config.extensions().map_or("DuckDB's default folder".to_string(), |d| d.display().to_string());
+        return Error::new(
+            ErrorKind::Config,
+            format!(
+                "DuckLake needs DuckDB's ducklake extension and its catalog's scanner (and httpfs for S3) for \
+                 DuckDB 1.5.5 in {dir}: run scripts/services/duckdb_extensions.sh, or set \
+                 SLUICE_DUCKDB_EXTENSIONS or destination.extension_directory ({text})"
+            ),
+        );
+    }
+    Error::new(ErrorKind::Connect, format!("DuckLake: cannot attach {}: {text}", config.catalog))
 }
 
 fn arrow_error(e: &arrow::error::ArrowError) -> Error {
