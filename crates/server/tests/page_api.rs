@@ -223,7 +223,9 @@ async fn lineage_follows_sources_streams_tables_syncs_and_destinations() {
 async fn the_page_is_served_and_viewers_read_but_do_not_write() {
     let dir = DataDir::new("page-roles");
     let server = Server::start(&dir.0).await;
-    server.create_stream(json!({"name": "seen", "table": "seen"})).await;
+    let key = server.create_stream(json!({"name": "seen", "table": "seen", "flush": {"max_wait_ms": 20}})).await;
+    let (status, _) = server.push("seen", &key, r#"[{"n": 1}, {"n": "one"}, 7]"#).await;
+    assert_eq!(status, 202);
     let open = crate::harness::client();
     let page = open.get(server.url("/")).send().await.unwrap();
     assert_eq!(page.status(), 200);
@@ -254,6 +256,7 @@ async fn the_page_is_served_and_viewers_read_but_do_not_write() {
         "/api/streams/seen/schema",
         "/api/lineage",
         "/api/streams/seen/metrics/history",
+        "/api/streams/seen/rejects",
     ] {
         assert_eq!(open.get(server.url(path)).send().await.unwrap().status(), 401, "{path}");
     }
@@ -272,6 +275,21 @@ async fn the_page_is_served_and_viewers_read_but_do_not_write() {
         assert_eq!(viewer.get(server.url(path)).send().await.unwrap().status(), 200, "{path}");
     }
     Feed::open(&viewer, &server, "/api/streams/seen/feed").await;
+    // A viewer reads the ledger through the stream's rejects, not through SQL (an editor's).
+    let read = || async {
+        viewer.get(server.url("/api/streams/seen/rejects")).send().await.unwrap().json::<Value>().await.unwrap()
+    };
+    wait_until("both rejects", Duration::from_secs(30), || async {
+        read().await["rows"].as_array().is_some_and(|rows| rows.len() == 2)
+    })
+    .await;
+    let rejects = read().await;
+    let reasons: Vec<&str> = rejects["rows"].as_array().unwrap().iter().filter_map(|r| r["reason"].as_str()).collect();
+    assert!(reasons.iter().all(|r| !r.is_empty()), "{rejects}");
+    assert!(rejects["rows"].as_array().unwrap().iter().any(|r| r["column"] == "n"), "{rejects}");
+    let sql = viewer.post(server.url("/api/sql")).json(&json!({"sql": "SELECT 1"})).send().await.unwrap();
+    assert_eq!(sql.status(), 403);
+    assert_eq!(viewer.get(server.url("/api/streams/nope/rejects")).send().await.unwrap().status(), 404);
     let created =
         viewer.post(server.url("/api/streams")).json(&json!({"name": "x", "table": "x"})).send().await.unwrap();
     assert_eq!(created.status(), 403);

@@ -6,6 +6,7 @@ mod feed;
 mod lineage;
 mod metrics;
 mod push;
+mod rejects;
 mod sql;
 mod streams;
 mod syncs;
@@ -57,6 +58,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/streams/{id}", get(streams::get).patch(streams::patch).delete(streams::delete))
         .route("/api/streams/{id}/metrics", get(metrics::stream))
         .route("/api/streams/{id}/metrics/history", get(feed::metrics_history))
+        .route("/api/streams/{id}/rejects", get(rejects::list))
         .route("/api/streams/{id}/feed", get(feed::stream))
         .route("/api/streams/{id}/schema", get(feed::schema))
         .route("/api/activity", get(feed::activity))

@@ -111,6 +111,7 @@ pub fn need(method: &Method, path: &str, open_metrics: bool) -> Need {
         | "/api/activity"
         | "/api/streams/{id}/schema"
         | "/api/streams/{id}/metrics/history"
+        | "/api/streams/{id}/rejects"
         | "/api/lineage"
             if method == Method::GET =>
         {

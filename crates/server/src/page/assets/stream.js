@@ -71,13 +71,7 @@ export async function render(main, [id]) {
   }
 
   async function loadRejects() {
-    if (!canWrite()) {
-      rejects.replaceChildren(h("p", { class: "muted" }, "Reading the ledger runs SQL, which needs the editor role."));
-      return;
-    }
-    const q = `SELECT "table", "column", expected_type, value, reason, position, received_at FROM sluice.rejects ` +
-      `WHERE stream = '${id.replaceAll("'", "''")}' ORDER BY recorded_at DESC LIMIT 50`;
-    const res = await api("POST", "/api/sql", { sql: q, limit: 50 });
+    const res = await api("GET", `${path}/rejects?limit=50`);
     if (!res.ok) { rejects.textContent = errorText(res); return; }
     const body = h("tbody", {});
     for (const row of res.body.rows) {
