@@ -43,6 +43,21 @@ fn read(lake: &Path, sql: &str) -> Option<Vec<String>> {
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect())
 }
 
+/// Wait until `check` (which reads the lake) holds, polling twice a second: each read starts
+/// Python and DuckDB, too heavy for the harness's 20 ms polls on a loaded machine.
+async fn wait_lake(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !check() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Rows the stream has committed to its destination, from its metrics (cheap to poll).
+async fn written(server: &Server, stream: &str) -> i64 {
+    server.get(&format!("/api/streams/{stream}/metrics")).await.1["rows_written"].as_i64().unwrap_or(0)
+}
+
 fn count(lake: &Path, table: &str) -> i64 {
     read(lake, &format!("SELECT count(*) FROM \"{table}\""))
         .and_then(|l| l.first().and_then(|n| n.parse().ok()))
@@ -67,8 +82,10 @@ async fn http_push_to_ducklake_exactly_once_across_two_kill_9_with_a_column_adde
     // Two kills, at random points of the first and the second half.
     for half in 0..2i64 {
         let threshold = 300 + half * 1200 + (rand::random::<u64>() % 600) as i64;
-        wait_until("events in the lake", Duration::from_secs(90), || async { count(&lake.0, "events") >= threshold })
-            .await;
+        wait_until("events in the lake", Duration::from_secs(240), || async {
+            written(&server, "o").await >= threshold
+        })
+        .await;
         server.kill9();
         let seen = count(&lake.0, "events");
         assert!(seen < TOTAL, "the kill came after the last event ({seen}): it tests nothing");
@@ -76,8 +93,7 @@ async fn http_push_to_ducklake_exactly_once_across_two_kill_9_with_a_column_adde
         *base.lock().unwrap() = server.base.clone();
     }
     pushing.await.unwrap();
-    wait_until("every event in the lake", Duration::from_secs(120), || async { count(&lake.0, "events") >= TOTAL })
-        .await;
+    wait_lake("every event in the lake", Duration::from_secs(240), || count(&lake.0, "events") >= TOTAL).await;
     let (_, metrics) = server.get("/api/streams/o/metrics").await;
     let check = read(
         &lake.0,
@@ -111,8 +127,7 @@ async fn postgres_cdc_mirrored_into_ducklake_equals_the_source() {
             "flush": {"max_wait_ms": 20},
         }))
         .await;
-    wait_until("the snapshot in the lake", Duration::from_secs(120), || async { count(&lake.0, "accounts") >= 5000 })
-        .await;
+    wait_lake("the snapshot in the lake", Duration::from_secs(240), || count(&lake.0, "accounts") >= 5000).await;
     pg.sql(
         "UPDATE accounts SET amount = amount + 1, name = NULL WHERE id % 7 = 0;
          DELETE FROM accounts WHERE id % 11 = 0;
@@ -125,7 +140,7 @@ async fn postgres_cdc_mirrored_into_ducklake_equals_the_source() {
                         count(*) FILTER (WHERE name = 'after') FROM accounts";
     let want = pg.lines(ROWS);
     // psql prints numeric sums as they are; duckdb's DECIMAL sum prints the same digits.
-    wait_until("the lake to equal the source", Duration::from_secs(120), || async {
+    wait_lake("the lake to equal the source", Duration::from_secs(240), || {
         read(&lake.0, ROWS).is_some_and(|got| got == want)
     })
     .await;
@@ -147,7 +162,7 @@ async fn lake_columns_are_fitted_and_widened_and_a_sync_upserts_into_the_lake() 
         .await;
     let (status, answer) = server.push("p", &key, r#"[{"id": 1, "score": 5}, {"id": 2, "score": 6}]"#).await;
     assert_eq!(status, 202, "{answer}");
-    wait_until("the first rows", Duration::from_secs(30), || async { count(&lake.0, "scores") == 2 }).await;
+    wait_lake("the first rows", Duration::from_secs(120), || count(&lake.0, "scores") == 2).await;
     server.kill9();
     server = Server::start(&dir.0).await;
     let (status, answer) = server.push("p", &key, r#"{"id": 3, "score": "lots"}"#).await;
@@ -155,7 +170,7 @@ async fn lake_columns_are_fitted_and_widened_and_a_sync_upserts_into_the_lake() 
     let (status, answer) = server.push("p", &key, r#"{"id": 4, "score": 2.5}"#).await;
     assert_eq!(status, 202, "{answer}");
     let rows = || read(&lake.0, "SELECT id, score, typeof(score) FROM scores ORDER BY id");
-    wait_until("the widened column", Duration::from_secs(30), || async {
+    wait_lake("the widened column", Duration::from_secs(120), || {
         rows().is_some_and(|r| r == ["1|5.0|DOUBLE", "2|6.0|DOUBLE", "3|-|DOUBLE", "4|2.5|DOUBLE"])
     })
     .await;
