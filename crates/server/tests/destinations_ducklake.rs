@@ -217,6 +217,18 @@ async fn lake_columns_are_fitted_and_widened_and_a_sync_upserts_into_the_lake() 
     assert_eq!(status, 422, "{body}");
     let text = body.to_string();
     assert!(text.contains("ducklake extension") && text.contains("/nonexistent"), "{text}");
+
+    // A catalog that cannot be reached: refused, and its password is in no answer (DuckDB's
+    // Postgres scanner puts the whole connection string in its error).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let destination = json!({"kind": "ducklake", "table": "t", "data_path": "/tmp/nowhere/",
+                             "catalog": format!("postgres:host=127.0.0.1 port={closed} dbname=x user=etl"),
+                             "catalog_password": "pw-with 'quote' and \\ backslash"});
+    let (status, body) = server
+        .create_sync(json!({"name": "no_pg", "mode": "replace", "destination": destination, "query": "SELECT 1 AS x"}))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(!body.to_string().contains("pw-with"), "{body}");
 }
 
 /// A lake whose catalog is a Postgres database and whose files are on S3 (moto): pushed rows

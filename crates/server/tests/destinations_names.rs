@@ -55,10 +55,10 @@ async fn a_templated_schema_puts_each_source_schema_in_its_own() {
         })
         .await;
     }
-    // Only the two schemas the template named were made; the positions are in `public`.
+    // Only the two schemas the template named were made; the positions are in `sluice`.
     let schemas = pg.lines_in("mirror", "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'copy_%' ORDER BY 1");
     assert_eq!(schemas, ["copy_hr", "copy_sales"]);
-    assert_eq!(pg.lines_in("mirror", "SELECT count(*) FROM public.sluice_positions WHERE owner = 'n'"), ["1"]);
+    assert_eq!(pg.lines_in("mirror", "SELECT count(*) FROM sluice.sluice_positions WHERE owner = 'n'"), ["1"]);
     let (_, metrics) = server.get("/api/streams/n/metrics").await;
     assert_eq!(metrics["state"], "running", "{metrics}");
 

@@ -56,16 +56,22 @@ impl MariaDb {
         let server = std::env::var("MARIADBD_BIN").unwrap_or_else(|_| "mariadbd".into());
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         std::fs::create_dir_all(dir.join("data")).unwrap();
+        // A temporary folder of its own: servers bootstrapping at once in the shared /tmp
+        // trip over each other's temporary tables ("Error on delete of '/tmp/#sql-temptable…'").
+        std::fs::create_dir_all(dir.join("tmp")).unwrap();
+        let tmpdir = format!("--tmpdir={}", dir.join("tmp").display());
         run(Command::new("chmod").arg("755").arg(&dir));
         run(Command::new("chown").args(["-R", "mysql:mysql"]).arg(&dir));
         run(Command::new("mariadb-install-db")
             .args(["--no-defaults", "--user=mysql", "--auth-root-authentication-method=socket", "--skip-test-db"])
-            .arg(format!("--datadir={}", dir.join("data").display())));
+            .arg(format!("--datadir={}", dir.join("data").display()))
+            .arg(&tmpdir));
         let child = Command::new(server)
             .args(["--no-defaults", "--user=mysql", "--bind-address=127.0.0.1", "--skip-name-resolve"])
             .arg(format!("--datadir={}", dir.join("data").display()))
             .arg(format!("--socket={}", dir.join("sock").display()))
             .arg(format!("--pid-file={}", dir.join("pid").display()))
+            .arg(&tmpdir)
             .arg(format!("--port={port}"))
             .args(["--character-set-server=utf8mb4", "--collation-server=utf8mb4_unicode_ci"])
             .args(["--innodb-buffer-pool-size=64M", "--innodb-flush-log-at-trx-commit=2"])

@@ -63,6 +63,12 @@ impl DuckLakeConfig {
         if self.catalog.contains('\'') {
             return Err(Error::config("destination.catalog", "must not contain a single quote"));
         }
+        if self.catalog.to_ascii_lowercase().contains("password") {
+            return Err(Error::config(
+                "destination.catalog",
+                "give the password in `catalog_password` (kept as a secret), not in the connection string",
+            ));
+        }
         if self.data_path.trim().is_empty() || self.data_path.contains('\'') {
             return Err(Error::config("destination.data_path", "a folder or s3://bucket/prefix/, without quotes"));
         }
@@ -73,6 +79,21 @@ impl DuckLakeConfig {
             return Err(Error::config("destination.schema", "must not be empty"));
         }
         Ok(())
+    }
+
+    /// `message` with the secrets this config holds replaced by `***` (DuckDB's Postgres scanner
+    /// puts the whole connection string in its errors).
+    pub(super) fn redact(&self, message: &str) -> String {
+        let secrets = [self.catalog_password.as_ref(), self.s3.as_ref().and_then(|s| s.secret_access_key.as_ref())];
+        let mut out = message.to_string();
+        for secret in secrets.into_iter().flatten().map(Secret::expose).filter(|s| !s.is_empty()) {
+            // As given, as escaped inside the libpq value, and as doubled inside the SQL literal.
+            let escaped = secret.replace('\\', "\\\\").replace('\'', "\\'");
+            for form in [escaped.replace('\'', "''"), escaped, secret.to_string()] {
+                out = out.replace(&form, "***");
+            }
+        }
+        out
     }
 
     /// The extension folder to load from.
@@ -111,7 +132,9 @@ impl DuckLakeConfig {
         }
         let mut catalog = self.catalog.clone();
         if let Some(password) = &self.catalog_password {
-            catalog.push_str(&format!(" password={}", password.expose()));
+            // A libpq value in single quotes, with its backslashes and quotes escaped.
+            let value = password.expose().replace('\\', "\\\\").replace('\'', "\\'");
+            catalog.push_str(&format!(" password='{value}'"));
         }
         sql.push_str(&format!(
             "ATTACH 'ducklake:{}' AS lake (DATA_PATH '{}')",
@@ -152,5 +175,20 @@ mod tests {
         assert!(field(DuckLakeConfig { data_path: "s3://b/p/".into(), ..config() }).contains("destination.s3"));
         assert!(field(DuckLakeConfig { data_path: "/a'b".into(), ..config() }).contains("destination.data_path"));
         assert!(config().validate().unwrap_err().to_string().contains("destination.table"));
+        let with_password = DuckLakeConfig { catalog: "postgres:host=h password=x".into(), ..config() };
+        assert!(field(with_password).contains("catalog_password"));
+    }
+
+    #[test]
+    fn the_catalog_password_is_redacted_in_every_form_it_is_sent() {
+        let c = DuckLakeConfig {
+            catalog: "postgres:host=h".into(),
+            catalog_password: Some(Secret::new("p'w\\x")),
+            ..config()
+        };
+        let sql = c.attach_sql();
+        let message = format!("Unable to connect: {sql} / host=h password='p\\'w\\\\x' / p'w\\x");
+        let redacted = c.redact(&message);
+        assert!(!redacted.contains("p'w") && !redacted.contains("p\\'w") && !redacted.contains("p''w"), "{redacted}");
     }
 }

@@ -41,14 +41,17 @@ impl DuckLakeTarget {
             if slot.is_none() {
                 let conn = Connection::open_in_memory().map_err(lake_error)?;
                 conn.execute_batch("SET memory_limit = '256MB'; SET threads = 2").map_err(lake_error)?;
-                conn.execute_batch(&config.attach_sql()).map_err(|e| attach_error(&config, &e))?;
+                conn.execute_batch(&config.attach_sql()).map_err(|e| {
+                    let e = attach_error(&config, &e);
+                    Error::new(e.kind(), config.redact(e.message()))
+                })?;
                 *slot = Some(conn);
             }
             let result = work(slot.as_ref().expect("attached just now"), &config);
             if result.is_err() {
                 *slot = None;
             }
-            result
+            result.map_err(|e| Error::new(e.kind(), config.redact(e.message())))
         })
         .await
         .map_err(|e| Error::new(ErrorKind::Fatal, "DuckLake: a write panicked").with_source(e))?
@@ -276,9 +279,13 @@ fn quote(name: &str) -> String {
 
 fn lake_error(e: duckdb::Error) -> Error {
     let text = e.to_string();
-    // A catalog or store that cannot be reached is worth retrying; anything else is not.
+    // A catalog or store that cannot be reached is worth retrying, and so is a commit another
+    // writer of the lake won (two streams creating or updating `sluice_positions` at once);
+    // anything else is not.
     let kind = if text.contains("IO Error") || text.contains("HTTP") || text.contains("Connection") {
         ErrorKind::Connect
+    } else if text.contains("onflict") || text.contains("TransactionContext Error") {
+        ErrorKind::Transient
     } else {
         ErrorKind::Fatal
     };

@@ -18,6 +18,9 @@ pub(super) struct Existing {
     pub column_type: String,
     pub precision: Option<u64>,
     pub scale: Option<u64>,
+    /// Nullable, outside every index, no `extra` (auto_increment, generated): a column that
+    /// `MODIFY COLUMN … DOUBLE` can widen without dropping what else its definition says.
+    pub plain: bool,
 }
 
 impl Existing {
@@ -59,24 +62,27 @@ impl Existing {
 /// The columns of `table` in the connection's database, in their order; empty when it does
 /// not exist.
 pub(super) async fn existing(conn: &mut Conn, table: &str) -> Result<Vec<Existing>> {
-    type Row = (String, String, String, Option<u64>, Option<u64>);
+    type Row = (String, String, String, Option<u64>, Option<u64>, i64);
     let rows: Vec<Row> = conn
         .exec(
-            "SELECT column_name, LOWER(data_type), LOWER(column_type), numeric_precision, numeric_scale \
-             FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? \
-             ORDER BY ordinal_position",
+            "SELECT column_name, LOWER(data_type), LOWER(column_type), numeric_precision, numeric_scale, \
+             is_nullable = 'YES' AND column_key = '' AND extra = '' \
+             AND (column_default IS NULL OR column_default = 'NULL') \
+             AND column_comment = '' FROM information_schema.columns \
+             WHERE table_schema = DATABASE() AND table_name = ? ORDER BY ordinal_position",
             (table,),
         )
         .await
         .map_err(sql_error)?;
     Ok(rows
         .into_iter()
-        .map(|(name, data_type, column_type, precision, scale)| Existing {
+        .map(|(name, data_type, column_type, precision, scale, plain)| Existing {
             name,
             data_type,
             column_type,
             precision,
             scale,
+            plain: plain != 0,
         })
         .collect())
 }
@@ -92,7 +98,14 @@ mod tests {
     use super::*;
 
     fn column(data_type: &str, column_type: &str, precision: Option<u64>, scale: Option<u64>) -> Existing {
-        Existing { name: "c".into(), data_type: data_type.into(), column_type: column_type.into(), precision, scale }
+        Existing {
+            name: "c".into(),
+            data_type: data_type.into(),
+            column_type: column_type.into(),
+            precision,
+            scale,
+            plain: true,
+        }
     }
 
     #[test]

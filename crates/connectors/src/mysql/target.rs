@@ -284,7 +284,12 @@ async fn add_missing(conn: &mut Conn, table: &str, delivery: &Delivery, existing
     for field in delivery.schema.fields() {
         match existing.iter().find(|c| &c.name == field.name()) {
             None => conn.query_drop(D.add_column(table, field)).await.map_err(sql_error)?,
-            Some(column) if column.is_integer() && field.data_type() == &arrow::datatypes::DataType::Float64 => {
+            // Only a plain column: MODIFY rewrites the whole definition, and would drop NOT NULL,
+            // a default, a comment or break a key. Other integer columns stay as they are, and
+            // MySQL rounds the fractions it is given (noted in the README).
+            Some(column)
+                if column.is_integer() && column.plain && field.data_type() == &arrow::datatypes::DataType::Float64 =>
+            {
                 let sql = format!("ALTER TABLE {table} MODIFY COLUMN {} DOUBLE", D.quote(field.name()));
                 conn.query_drop(sql).await.map_err(sql_error)?;
             }

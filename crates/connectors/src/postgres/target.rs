@@ -88,6 +88,12 @@ impl PostgresTableConfig {
         if self.schema.trim().is_empty() {
             return Err(Error::config("destination.schema", "must not be empty"));
         }
+        if self.schema_is_template() && self.schema.contains('*') {
+            return Err(Error::config(
+                "destination.schema",
+                "`*` (the topic) may hold dots, which end a rendered schema; use [db], [schema] or [table]",
+            ));
+        }
         validate_tls("destination", self.sslmode, self.sslrootcert.as_deref())?;
         if self.read_only {
             return Err(Error::config(
@@ -191,11 +197,15 @@ impl Destination for PostgresTarget {
 
 /// The table in the destination's schema where streams keep their positions.
 const POSITIONS: &str = "sluice_positions";
+/// The schema of the positions when the destination's schema is a template.
+const POSITIONS_SCHEMA: &str = "sluice";
 
 impl PostgresTarget {
-    /// In the destination's schema, or `public` when that is a template.
+    /// In the destination's schema, or in `sluice` (created when missing) when that is a
+    /// template: since PostgreSQL 15 a role that is not the database's owner may not create
+    /// tables in `public`.
     fn positions(&self) -> String {
-        let schema = if self.config.schema_is_template() { "public" } else { &self.config.schema };
+        let schema = if self.config.schema_is_template() { POSITIONS_SCHEMA } else { &self.config.schema };
         format!("{}.{}", Dialect::Postgres.quote(schema), Dialect::Postgres.quote(POSITIONS))
     }
 
@@ -237,6 +247,11 @@ impl PostgresTarget {
             apply(&tx, schema, name, delivery).await?;
         }
         if let Some(stamp) = stamp {
+            if templated {
+                tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {POSITIONS_SCHEMA}"))
+                    .await
+                    .map_err(sql_error)?;
+            }
             tx.batch_execute(&format!(
                 "CREATE TABLE IF NOT EXISTS {positions} (owner text PRIMARY KEY, checkpoint text NOT NULL, \
                  written_at timestamptz NOT NULL DEFAULT now())"
