@@ -15,6 +15,7 @@ use sluice_core::schema::{Column, ColumnType, TableSchema};
 use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Stamp, SyncMode};
 
 use super::config::{DuckLakeConfig, literal};
+use crate::workspace::quote;
 
 /// Delivers into DuckLake tables.
 pub struct DuckLakeTarget {
@@ -271,10 +272,6 @@ fn sql_type(field: &Field) -> Result<String> {
             ));
         }
     })
-}
-
-fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 fn lake_error(e: duckdb::Error) -> Error {

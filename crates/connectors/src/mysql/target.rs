@@ -132,7 +132,7 @@ impl Destination for MysqlTarget {
     async fn keys(&mut self, table: &str) -> Result<Option<Vec<String>>> {
         let mut conn = self.config.connect().await?;
         let found = async {
-            if existing_columns(&mut conn, table).await?.is_empty() {
+            if super::columns::existing(&mut conn, table).await?.is_empty() {
                 return Ok(None);
             }
             let rows: Vec<(String, String)> = conn
@@ -297,15 +297,6 @@ async fn add_missing(conn: &mut Conn, table: &str, delivery: &Delivery, existing
         }
     }
     Ok(())
-}
-
-async fn existing_columns(conn: &mut Conn, table: &str) -> Result<Vec<String>> {
-    conn.exec(
-        "SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ?",
-        (table,),
-    )
-    .await
-    .map_err(sql_error)
 }
 
 /// Multi-row INSERTs of about `STATEMENT_BYTES` each.

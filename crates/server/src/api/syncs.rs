@@ -159,14 +159,25 @@ pub async fn run(
         }
     };
     let run_id = state.syncs.start(&id, trigger).await?;
-    match options.wait_seconds {
+    started(&state, &run_id, "running", options.wait_seconds).await
+}
+
+/// The answer for a run that started: its record once it ends when the client waits, else 202
+/// with its id and where to ask.
+async fn started(
+    state: &AppState,
+    run_id: &str,
+    status: &str,
+    wait_seconds: Option<u64>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    match wait_seconds {
         Some(seconds) => {
-            let record = state.syncs.wait(&run_id, Duration::from_secs(seconds.min(3600))).await?;
+            let record = state.syncs.wait(run_id, Duration::from_secs(seconds.min(3600))).await?;
             Ok((StatusCode::OK, Json(json!(record))))
         }
         None => Ok((
             StatusCode::ACCEPTED,
-            Json(json!({ "run_id": run_id, "status": "running", "url": format!("/api/runs/{run_id}") })),
+            Json(json!({ "run_id": run_id, "status": status, "url": format!("/api/runs/{run_id}") })),
         )),
     }
 }
@@ -235,16 +246,7 @@ pub async fn approve(
     Extension(principal): Extension<Principal>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let record = decided(approvals::approve(&state.syncs, &run_id, &principal.name).await?, &run_id)?;
-    match options.wait_seconds {
-        Some(seconds) => {
-            let record = state.syncs.wait(&run_id, Duration::from_secs(seconds.min(3600))).await?;
-            Ok((StatusCode::OK, Json(json!(record))))
-        }
-        None => Ok((
-            StatusCode::ACCEPTED,
-            Json(json!({ "run_id": run_id, "status": record.status, "url": format!("/api/runs/{run_id}") })),
-        )),
-    }
+    started(&state, &run_id, &record.status, options.wait_seconds).await
 }
 
 /// `POST /api/runs/{run_id}/reject`: end a run that waits for approval without sending

@@ -93,17 +93,18 @@ impl Auth {
             .ok_or_else(|| AuthError::NotFound(format!("no user named '{name}'")))
     }
 
+    /// The stored hash of a new password, checked first; `None` for none.
+    async fn new_password_hash(&self, password: Option<String>) -> Result<Option<String>, AuthError> {
+        let Some(password) = password else { return Ok(None) };
+        check_password(&password)?;
+        let hash = self.hashing(move || credentials::hash_password(&password)).await?;
+        Ok(Some(hash.map_err(|e| AuthError::Crypto(e.to_string()))?))
+    }
+
     /// Add a user; a password is optional (without one the user cannot log in yet).
     pub async fn add_user(&self, name: &str, role: Role, password: Option<String>) -> Result<UserView, AuthError> {
         check_name("name", name)?;
-        let hash = match password {
-            Some(password) => {
-                check_password(&password)?;
-                let hash = self.hashing(move || credentials::hash_password(&password)).await?;
-                Some(hash.map_err(|e| AuthError::Crypto(e.to_string()))?)
-            }
-            None => None,
-        };
+        let hash = self.new_password_hash(password).await?;
         let _changing = self.inner.changes.lock().await;
         if !self.inner.accounts.add_user(name.to_string(), role.as_str().to_string(), hash).await? {
             return Err(AuthError::Conflict(format!("a user named '{name}' exists")));
@@ -120,14 +121,7 @@ impl Auth {
         role: Option<Role>,
         password: Option<String>,
     ) -> Result<UserView, AuthError> {
-        let password_hash = match password {
-            Some(password) => {
-                check_password(&password)?;
-                let hash = self.hashing(move || credentials::hash_password(&password)).await?;
-                Some(hash.map_err(|e| AuthError::Crypto(e.to_string()))?)
-            }
-            None => None,
-        };
+        let password_hash = self.new_password_hash(password).await?;
         let _changing = self.inner.changes.lock().await;
         if role.is_some_and(|r| r != Role::Admin) {
             self.keep_an_admin(name)?;
