@@ -58,6 +58,11 @@ pub struct StreamConfig {
     /// once. Stored hashed, never serialized back.
     #[serde(default, skip_serializing)]
     pub push_key: Option<Secret>,
+    /// Stopped by a person (`POST /api/streams/:id/pause`) until resumed: nothing is read, a
+    /// push gets 503, and the position stays where it was (a Postgres slot keeps its WAL, a
+    /// Kafka group its offsets).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 impl StreamConfig {

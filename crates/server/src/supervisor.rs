@@ -34,7 +34,9 @@ impl RunningStream {
         if let Some(task) = self.task.lock().await.take() {
             let _ = task.await;
         }
-        self.metrics.set_state("stopped", None);
+        if !self.config.paused {
+            self.metrics.set_state("stopped", None);
+        }
     }
 }
 
@@ -308,6 +310,21 @@ impl Supervisor {
         // a destination that is down must not keep the server from starting.
         let (checkpoint, decoder) = reload(self.workspace.state(), None, &config).await?;
         let metrics = Arc::new(StreamMetrics::new(&checkpoint.totals));
+        if config.paused {
+            // Listed, with its figures, but nothing of it runs: no source, no destination.
+            metrics.set_state("paused", None);
+            let paused = RunningStream {
+                config: config.clone(),
+                key_hash,
+                handle: SourceHandle::None,
+                metrics,
+                cancel: CancellationToken::new(),
+                task: tokio::sync::Mutex::new(None),
+            };
+            self.streams.write().await.insert(config.name.clone(), Arc::new(paused));
+            tracing::info!(stream = %config.name, "Stream paused.");
+            return Ok(());
+        }
         let ctx = SourceContext { stream: &config.name, position: &checkpoint.position, metrics: metrics.clone() };
         let (source, handle) = build_source(&config.source, ctx)?;
         let delivery = match &config.destination {

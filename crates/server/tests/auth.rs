@@ -23,6 +23,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/lineage"),
     ("POST", "/api/streams/s/resnapshot"),
     ("POST", "/api/streams/s/replay"),
+    ("POST", "/api/streams/s/pause"),
+    ("POST", "/api/streams/s/resume"),
     ("POST", "/api/sources/test"),
     ("GET", "/api/syncs"),
     ("POST", "/api/syncs"),

@@ -33,6 +33,7 @@ mod kinesis;
 mod mirror;
 mod page_api;
 mod page_browser;
+mod pause;
 mod postgres_cdc;
 mod postgres_keyless;
 mod postgres_tls;

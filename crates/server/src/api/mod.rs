@@ -65,6 +65,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/lineage", get(lineage::lineage))
         .route("/api/streams/{id}/resnapshot", post(streams::resnapshot))
         .route("/api/streams/{id}/replay", post(streams::replay))
+        .route("/api/streams/{id}/pause", post(streams::pause))
+        .route("/api/streams/{id}/resume", post(streams::resume))
         .route("/api/sources/test", post(streams::test))
         .route("/api/syncs", get(syncs::list).post(syncs::create))
         .route("/api/syncs/{id}", get(syncs::get).put(syncs::replace).delete(syncs::delete))

@@ -72,6 +72,13 @@ pub async fn push(
     let arrived = Instant::now();
     let stream = super::running_stream(&state, &id).await?;
     authorize(&headers, &stream.key_hash)?;
+    if stream.config.paused {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("stream '{id}' is paused; nothing was stored. Resume it (POST /api/streams/{id}/resume) and retry"),
+        )
+        .with_retry_after(30));
+    }
     let SourceHandle::Push(handle) = &stream.handle else {
         return Err(ApiError::new(
             StatusCode::CONFLICT,

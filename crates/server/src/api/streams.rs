@@ -204,3 +204,33 @@ pub async fn resnapshot(State(state): State<AppState>, Path(id): Path<String>) -
     );
     Ok(Json(json!({ "resnapshot": id })))
 }
+
+/// `POST /api/streams/:id/pause`: stop reading until resumed; the pause is stored, so it holds
+/// across restarts of the server.
+pub async fn pause(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    set_paused(&state, &id, true).await
+}
+
+/// `POST /api/streams/:id/resume`: read again from where the stream stopped.
+pub async fn resume(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    set_paused(&state, &id, false).await
+}
+
+async fn set_paused(state: &AppState, id: &str, paused: bool) -> Result<Json<Value>, ApiError> {
+    let _changing = state.supervisor.lock_changes().await;
+    let changed = state
+        .supervisor
+        .while_stopped(id, |mut config| async move {
+            let changed = config.paused != paused;
+            config.paused = paused;
+            Ok((config, changed))
+        })
+        .await?;
+    let Some(changed) = changed else { return Err(ApiError::no_stream(id)) };
+    if changed {
+        let what = if paused { "stream paused" } else { "stream resumed" };
+        state.supervisor.feeds().activity().record("stream_changed", id, what, Value::Null);
+    }
+    let stream = super::running_stream(state, id).await?;
+    Ok(Json(describe(&stream)))
+}

@@ -22,12 +22,15 @@ export async function render(main, [id]) {
       s.config.source.type === "postgres"
         ? writeButton("Resnapshot", () => act("POST", `${path}/resnapshot`, "Started over from the source."), { id: "resnapshot", class: "secondary" })
         : null,
+      writeButton(s.config.paused ? "Resume" : "Pause", async () => {
+        const a = await api("POST", `${path}/${s.config.paused ? "resume" : "pause"}`);
+        if (a.ok) window.dispatchEvent(new HashChangeEvent("hashchange")); else message.textContent = errorText(a);
+      }, { id: "pause-resume", class: "secondary" }),
       writeButton("Delete", async () => {
         if (!confirm(`Delete stream ${id}? Its table stays.`)) return;
         const d = await api("DELETE", path);
         if (d.ok) location.hash = "#/pipelines"; else message.textContent = errorText(d);
-      }, { id: "delete-stream", class: "danger" }),
-      h("span", { class: "muted" }, "Pause/resume: not in the API yet.")),
+      }, { id: "delete-stream", class: "danger" })),
     figures,
     h("div", { class: "row" },
       h("div", { class: "card" }, h("h2", {}, "Live feed"), h("p", { class: "muted" }, "Rows as they commit; at most 20 per batch."), feed),
