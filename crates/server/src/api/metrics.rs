@@ -13,10 +13,12 @@ use sluice_core::MetricsSnapshot;
 
 use super::{ApiError, AppState};
 
-/// `GET /api/streams/:id/metrics`
+/// `GET /api/streams/:id/metrics`: each call is a check, reporting the records processed since
+/// the previous call for this stream (`records_since_last_check`) and when that was
+/// (`last_check`). The other readers of metrics take snapshots and leave the check alone.
 pub async fn stream(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<MetricsSnapshot>, ApiError> {
     let stream = super::running_stream(&state, &id).await?;
-    Ok(Json(stream.metrics.snapshot()))
+    Ok(Json(stream.metrics.check()))
 }
 
 /// `GET /api/metrics`
@@ -78,7 +80,7 @@ fn render_syncs(out: &mut String, names: &[String], runs: &HashMap<String, RunSu
 type Getter = fn(&MetricsSnapshot) -> f64;
 
 fn render(streams: &[(String, MetricsSnapshot)]) -> String {
-    let families: [(&str, &str, &str, Getter); 13] = [
+    let families: [(&str, &str, &str, Getter); 14] = [
         ("sluice_stream_events_in_total", "counter", "Events received.", |m| m.events_in as f64),
         ("sluice_stream_rows_written_total", "counter", "Rows written to tables.", |m| m.rows_written as f64),
         ("sluice_stream_rejects_total", "counter", "Rows added to the rejects ledger.", |m| m.rejects as f64),
@@ -86,6 +88,9 @@ fn render(streams: &[(String, MetricsSnapshot)]) -> String {
         ("sluice_stream_batches_total", "counter", "Batches committed.", |m| m.batches as f64),
         ("sluice_stream_messages_per_second", "gauge", "Events per second over the last 10 s.", |m| m.messages_per_sec),
         ("sluice_stream_up", "gauge", "1 while the stream runs.", |m| f64::from(u8::from(m.state == "running"))),
+        ("sluice_stream_latency_last_seconds", "gauge", "Receive-to-commit latency of the latest chunk.", |m| {
+            m.latency_ms.now / 1000.0
+        }),
         ("sluice_stream_latency_p50_seconds", "gauge", "Receive-to-commit latency, p50 of recent chunks.", |m| {
             m.latency_ms.p50 / 1000.0
         }),
