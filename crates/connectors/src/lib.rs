@@ -1,5 +1,6 @@
 //! Every Source and Sink, one folder per technology, registered by one serde enum and one match.
 
+mod connection;
 mod delivery;
 pub mod ducklake;
 pub mod files;
@@ -16,6 +17,10 @@ mod stream;
 mod sync;
 pub mod workspace;
 
+pub use connection::{
+    ConnectionConfig, fill as fill_connections, named_in as connections_named_in, strip as strip_connections,
+    test_connection,
+};
 pub use delivery::DeliverySink;
 pub use stream::{SourceConfig, SourceContext, SourceHandle, StreamConfig, build_source, release_source, test_source};
 pub use sync::{DestinationConfig, Schedule, SyncConfig, build_destination};

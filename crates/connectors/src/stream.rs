@@ -16,7 +16,7 @@ use crate::postgres::{Check, PostgresConfig, PostgresSource};
 use crate::sync::DestinationConfig;
 
 /// One stream: a source, a destination table in the workspace, and how to batch.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StreamConfig {
     /// Unique name; also the stream's id in URLs. Letters, digits, `_` and `-`.
@@ -238,7 +238,7 @@ impl StreamConfig {
 }
 
 /// A staged bulk load's rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StageConfig {
     /// How often the staged units are loaded, in milliseconds.
@@ -272,7 +272,7 @@ impl StageConfig {
 }
 
 /// Where a stream's events come from. The `type` field picks the variant.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum SourceConfig {
     /// Events POSTed to `/api/streams/:id/push`.

@@ -19,7 +19,7 @@ use crate::postgres::{PostgresTableConfig, PostgresTarget};
 use crate::sqlite::{SqliteTableConfig, SqliteTarget};
 
 /// One sync: a read-only SELECT on the workspace, a destination and a mode.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SyncConfig {
     /// Unique name; also the sync's id in URLs. Letters, digits, `_` and `-`.
@@ -40,7 +40,7 @@ pub struct SyncConfig {
 }
 
 /// A cron schedule in a time zone.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Schedule {
     /// Five fields (minute hour day month weekday), or six with seconds first.
@@ -77,7 +77,7 @@ impl Schedule {
 }
 
 /// Where a sync delivers. The `kind` field picks the variant.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum DestinationConfig {
     /// A Postgres table.

@@ -19,7 +19,7 @@ use crate::source::{ChunkReport, REPORTED_REJECTS, RejectedEvent};
 
 /// When a micro-batch is written: on rows, bytes or time, whichever comes first, or as soon as
 /// the source has nothing more ready for `linger_ms`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct FlushConfig {
     /// Write once this many events are buffered.

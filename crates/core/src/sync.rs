@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::Result;
 
 /// How a sync's result reaches its destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SyncMode {
     /// The destination holds exactly the result, swapped in atomically where it allows.

@@ -4,6 +4,7 @@ mod api;
 mod auth;
 mod bench;
 mod config;
+mod connections;
 mod feed;
 mod keys;
 mod listener;

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{self, AppState, SqlLimits};
 use crate::auth::{Auth, AuthSettings};
 use crate::config::FileConfig;
+use crate::connections::Connections;
 use crate::keys;
 use crate::supervisor::{SaveError, Supervisor};
 use crate::syncs::Syncs;
@@ -81,9 +82,16 @@ pub async fn run(
     };
     let auth = Auth::open(&workspace, settings).await.map_err(|e| e.to_string())?;
     crate::auth::setup::first_start(&auth, &data_dir).await.map_err(|e| e.to_string())?;
-    let supervisor = Supervisor::new(workspace.clone());
+    let connections = Connections::load(workspace.registry().clone()).await.map_err(|e| e.to_string())?;
+    if let Some(declared) = &declared {
+        for connection in &declared.connections {
+            let name = connection.name().to_string();
+            connections.save(connection.clone()).await.map_err(|e| format!("connections.{name}: {e}"))?;
+        }
+    }
+    let supervisor = Supervisor::new(workspace.clone(), connections.clone());
     supervisor.start_stored().await.map_err(|e| e.to_string())?;
-    let syncs = Syncs::new(workspace.registry().clone(), workspace.planner().clone())
+    let syncs = Syncs::new(workspace.registry().clone(), workspace.planner().clone(), connections)
         .with_activity(supervisor.feeds().activity().clone());
     syncs.load_stored().await.map_err(|e| e.to_string())?;
     if let Some(mut declared) = declared {

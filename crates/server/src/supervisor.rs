@@ -10,6 +10,8 @@ use sluice_connectors::workspace::{StoredStream, Workspace, WorkspaceState};
 use sluice_connectors::{SourceContext, SourceHandle, StreamConfig, build_source};
 use sluice_core::pipeline::{self, Stream};
 use sluice_core::{Decoder, Error, ErrorKind, Result, StreamMetrics};
+
+use crate::connections::Connections;
 use tokio::sync::RwLock;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -53,6 +55,8 @@ pub struct Supervisor {
     changes: Arc<tokio::sync::Mutex<()>>,
     /// The live feeds each stream's committed units go to (`crate::feed`).
     feeds: crate::feed::Feeds,
+    /// Named connections, filled into configs as they come in and taken out as they are stored.
+    connections: Connections,
 }
 
 /// Why [`Supervisor::save_and_start`] did not save a stream.
@@ -96,14 +100,20 @@ pub enum Lookup {
 
 impl Supervisor {
     /// A supervisor over `workspace`, with no stream started yet.
-    pub fn new(workspace: Workspace) -> Self {
+    pub fn new(workspace: Workspace, connections: Connections) -> Self {
         Self {
             workspace,
             streams: Arc::default(),
             restarting: Arc::default(),
             changes: Arc::default(),
             feeds: crate::feed::Feeds::default(),
+            connections,
         }
+    }
+
+    /// The named connections.
+    pub fn connections(&self) -> &Connections {
+        &self.connections
     }
 
     /// The live feeds: streams' committed rows, activity, metrics history.
@@ -134,7 +144,12 @@ impl Supervisor {
 
     /// Start every stored stream.
     pub async fn start_stored(&self) -> Result<()> {
-        for stored in self.workspace.registry().streams().await? {
+        for mut stored in self.workspace.registry().streams().await? {
+            // A connection that is gone keeps its stream from starting, not the server.
+            if let Err(e) = self.connections.fill(&mut stored.config) {
+                tracing::error!(stream = %stored.name, error = %e, "Stored stream did not start.");
+                continue;
+            }
             let mut config: StreamConfig = serde_json::from_value(stored.config).map_err(|e| {
                 Error::new(ErrorKind::Config, format!("stored stream '{}' is unreadable", stored.name)).with_source(e)
             })?;
@@ -191,8 +206,12 @@ impl Supervisor {
     /// Stop the old run of a stream (if any) and start the new config, or the old one again.
     async fn restart(&self, config: StreamConfig, key_hash: String) -> Result<()> {
         let config = with_detected_keys(config).await?;
-        let stored = serde_json::to_value(&config)
+        let mut stored = serde_json::to_value(&config)
             .map_err(|e| Error::new(ErrorKind::Fatal, "cannot serialize config").with_source(e))?;
+        // What named connections gave is not stored with the stream: it is filled in again
+        // from them at each start, so a changed connection reaches the stream.
+        let mut secrets = config.secrets();
+        self.connections.strip(&mut stored, &mut secrets);
         let previous = self.stop(&config.name).await;
         if let Err(e) = self.start(config.clone(), key_hash.clone()).await {
             if let Some(old) = previous {
@@ -200,7 +219,7 @@ impl Supervisor {
             }
             return Err(e);
         }
-        let record = StoredStream { name: config.name.clone(), config: stored, key_hash, secrets: config.secrets() };
+        let record = StoredStream { name: config.name.clone(), config: stored, key_hash, secrets };
         if let Err(e) = self.workspace.registry().save_stream(record).await {
             self.stop(&config.name).await;
             return Err(e);

@@ -6,6 +6,7 @@
 //! succeeded.
 //! A run that fails leaves the hashes alone, so the next run sends the same rows again.
 
+use crate::connections::Connections;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +32,7 @@ pub struct SyncEntry {
 pub struct Syncs {
     registry: Registry,
     planner: SyncPlanner,
+    connections: Connections,
     entries: Arc<RwLock<HashMap<String, Arc<SyncEntry>>>>,
     /// Where runs starting and ending are told (the page's activity feed).
     activity: crate::feed::Activity,
@@ -55,8 +57,13 @@ pub struct Preview {
 
 impl Syncs {
     /// The syncs of a workspace's `registry`, planned by its `planner` (none loaded yet).
-    pub fn new(registry: Registry, planner: SyncPlanner) -> Self {
-        Self { registry, planner, entries: Arc::default(), activity: crate::feed::Activity::default() }
+    pub fn new(registry: Registry, planner: SyncPlanner, connections: Connections) -> Self {
+        Self { registry, planner, connections, entries: Arc::default(), activity: crate::feed::Activity::default() }
+    }
+
+    /// The named connections syncs' destinations may use.
+    pub fn connections(&self) -> &Connections {
+        &self.connections
     }
 
     /// Tell runs starting and ending to `activity`.
@@ -69,7 +76,12 @@ impl Syncs {
     /// died are marked failed: their hashes were never replaced, so the next run resends.
     pub async fn load_stored(&self) -> Result<()> {
         self.registry.runs_interrupted().await?;
-        for stored in self.registry.syncs().await? {
+        for mut stored in self.registry.syncs().await? {
+            // A connection that is gone keeps its sync from loading, not the server.
+            if let Err(e) = self.connections.fill(&mut stored.config) {
+                tracing::error!(sync = %stored.name, error = %e, "Stored sync did not load.");
+                continue;
+            }
             let mut config: SyncConfig = serde_json::from_value(stored.config).map_err(|e| {
                 Error::new(ErrorKind::Config, format!("stored sync '{}' is unreadable", stored.name)).with_source(e)
             })?;
@@ -99,17 +111,21 @@ impl Syncs {
             }
             other => other?,
         }
-        let stored = serde_json::to_value(&config)
+        let mut stored = serde_json::to_value(&config)
             .map_err(|e| Error::new(ErrorKind::Fatal, "cannot store the sync").with_source(e))?;
+        // What a named connection gave is filled in again at each load, not stored.
+        let mut secrets = config.secrets();
+        self.connections.strip(&mut stored, &mut secrets);
         let previous = self.get(&config.name).await;
-        self.registry
-            .save_sync(StoredSync { name: config.name.clone(), config: stored, secrets: config.secrets() })
-            .await?;
-        // A different query, keys or destination makes the old hashes meaningless.
+        self.registry.save_sync(StoredSync { name: config.name.clone(), config: stored, secrets }).await?;
+        // A different query, keys or destination makes the old hashes meaningless; a changed
+        // password (compared without secrets) does not, or an append sync would send its
+        // rows again.
+        let visible = |d: &sluice_connectors::DestinationConfig| serde_json::to_value(d).ok();
         if let Some(previous) = previous
             && (previous.config.query != config.query
                 || previous.config.keys != config.keys
-                || previous.config.destination != config.destination)
+                || visible(&previous.config.destination) != visible(&config.destination))
         {
             self.planner.reset(&config.name).await?;
         }

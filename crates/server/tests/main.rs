@@ -13,6 +13,7 @@ mod webdriver;
 
 mod api;
 mod auth;
+mod connections;
 mod crash;
 mod debezium_capture;
 mod debezium_fidelity;

@@ -241,6 +241,8 @@ async fn the_page_is_served_and_viewers_read_but_do_not_write() {
         "syncs.js",
         "lineage.js",
         "users.js",
+        "form.js",
+        "connections.js",
         "style.css",
     ] {
         let r = open.get(server.url(&format!("/ui/{asset}"))).send().await.unwrap();
@@ -295,4 +297,51 @@ async fn the_page_is_served_and_viewers_read_but_do_not_write() {
     assert_eq!(created.status(), 403);
     assert_eq!(viewer.delete(server.url("/api/streams/seen")).send().await.unwrap().status(), 403);
     assert_eq!(server.get("/api/streams/seen").await.0, 200);
+}
+
+#[tokio::test]
+async fn the_stream_metrics_api_counts_records_since_its_last_call() {
+    let dir = DataDir::new("page-metrics-check");
+    let server = Server::start(&dir.0).await;
+    let key = server.create_stream(json!({"name": "m", "table": "m"})).await;
+    let time = |v: &Value| chrono::DateTime::parse_from_rfc3339(v.as_str().expect("a time")).expect("RFC 3339");
+    // Each push is answered once committed.
+    assert_eq!(server.push("m", &key, "{\"i\": 1}\n{\"i\": 2}\n{\"i\": 3}\n").await.0, 202);
+
+    let (status, first) = server.get("/api/streams/m/metrics").await;
+    assert_eq!(status, 200);
+    assert_eq!((first["events_in"].as_u64(), first["records_since_start"].as_u64()), (Some(3), Some(3)), "{first}");
+    assert_eq!(first["records_since_last_check"], 3, "since start before the first check: {first}");
+    assert_eq!(first["last_check"], Value::Null);
+    let latency = &first["latency_ms"];
+    assert!(latency["now"].as_f64().is_some_and(|ms| ms > 0.0), "{latency}");
+    assert!(latency["now"].as_f64() <= latency["max"].as_f64(), "{latency}");
+    time(&latency["max_at"]);
+
+    assert_eq!(server.push("m", &key, "{\"i\": 4}\n{\"i\": 5}\n").await.0, 202);
+    // Other readers of metrics do not count as checks.
+    assert_eq!(server.get("/api/metrics").await.1["streams"]["m"]["records_since_last_check"], 2);
+    assert_eq!(server.http.get(server.url("/metrics")).send().await.unwrap().status(), 200);
+    assert_eq!(server.get("/api/streams/m").await.0, 200);
+    let (_, second) = server.get("/api/streams/m/metrics").await;
+    assert_eq!(
+        (second["records_since_start"].as_u64(), second["records_since_last_check"].as_u64()),
+        (Some(5), Some(2))
+    );
+    let checked = time(&second["last_check"]);
+    assert!(time(&second["latency_ms"]["max_at"]) >= time(&latency["max_at"]), "{second}");
+
+    let (_, third) = server.get("/api/streams/m/metrics").await;
+    assert_eq!(third["records_since_last_check"], 0, "{third}");
+    assert!(time(&third["last_check"]) > checked, "the time of the second call: {third}");
+
+    // Totals come back after a restart; the counts since start and since the last check begin
+    // anew.
+    server.stop();
+    let server = Server::start(&dir.0).await;
+    let (_, after) = server.get("/api/streams/m/metrics").await;
+    assert_eq!(after["events_in"], 5, "{after}");
+    assert_eq!((after["records_since_start"].as_u64(), after["records_since_last_check"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(after["last_check"], Value::Null);
+    assert_eq!(after["latency_ms"]["max_at"], Value::Null);
 }

@@ -1,9 +1,10 @@
 //! The page in a real Chromium (Debian's, driven over WebDriver by `webdriver.rs`): log in,
-//! create a push stream from the form, watch pushed events arrive in the live feed and the
-//! schema gain a column, read a reject's reason, run SQL, send the results to a SQLite sync,
-//! run it, see it in the lineage graph; then as a viewer find writes refused, in the page and
-//! by the API. A screenshot of each step goes to `<target>/ui-screenshots/` (printed). Then
-//! the pipelines page for 100 streams must load in under a second.
+//! create a push stream from the form, watch pushed events arrive in the live feed, the
+//! schema gain a column and the charts of the last hour draw, read a reject's reason, run
+//! SQL, send the results to a SQLite sync, run it, see it in the lineage graph; then as a
+//! viewer find writes refused, in the page and by the API. A screenshot of each step goes to
+//! `<target>/ui-screenshots/` (printed). Then the pipelines page for 100 streams must load in
+//! under a second.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -48,7 +49,7 @@ async fn the_page_from_login_to_lineage_and_a_viewer_refused() {
     browser.click("nav a[data-view=new-stream]").await;
     browser.fill("#new-stream input[name=name]", "web").await;
     browser.fill("#new-stream input[name=table]", "web_events").await;
-    browser.click("#new-stream input[name=meta_received_at]").await;
+    browser.click("#new-stream input[name='metadata.received_at']").await;
     browser.click("#create-stream").await;
     let key = browser.text("#push-key").await;
     assert!(key.starts_with("sk_"), "{key}");
@@ -67,7 +68,23 @@ async fn the_page_from_login_to_lineage_and_a_viewer_refused() {
     browser.wait_text("#feed", |t| t.contains("/pricing") && t.contains("referrer")).await;
     browser.find("#schema tr[data-column=referrer]").await;
     browser.wait_text("#schema-history", |t| t.contains("add") && t.contains("referrer")).await;
+    // The last hour in charts: msg/s, lag (a push stream counts it in messages, all 0), and
+    // latency's p50 and p99, drawn once the history has two samples (the page reloads it
+    // every 10 s).
+    browser.find("#chart svg").await;
+    browser.find("#chart-lag svg polyline[data-series=messages]").await;
+    browser.find("#chart-latency svg polyline[data-series=p50]").await;
+    browser.find("#chart-latency svg polyline[data-series=p99]").await;
     browser.screenshot("live-feed-and-schema").await;
+
+    // Pause the stream from its page (a push then gets 503), and resume it.
+    browser.click("#pause-resume").await;
+    browser.wait_text("#figures", |t| t.contains("paused")).await;
+    assert_eq!(server.push("web", &key, r#"{"user": 4}"#).await.0, 503);
+    browser.screenshot("stream-paused").await;
+    browser.click("#pause-resume").await;
+    browser.wait_text("#figures", |t| t.contains("running")).await;
+    browser.find("#feed[data-open=true]").await;
 
     // Open a reject and read its reason.
     browser.click("#rejects tr.reject").await;
@@ -91,8 +108,8 @@ async fn the_page_from_login_to_lineage_and_a_viewer_refused() {
     assert_eq!(query, sql);
     browser.fill("#new-sync input[name=name]", "web_to_sqlite").await;
     let db = dir.0.join("app.db");
-    browser.fill("#new-sync input[name=d_path]", db.to_str().unwrap()).await;
-    browser.fill("#new-sync input[name=d_table]", "web_copy").await;
+    browser.fill("#new-sync input[name='destination.path']", db.to_str().unwrap()).await;
+    browser.fill("#new-sync input[name='destination.table']", "web_copy").await;
     browser.screenshot("new-sync-form").await;
     browser.click("#create-sync").await;
     browser.find("#run-now").await;
@@ -107,6 +124,21 @@ async fn the_page_from_login_to_lineage_and_a_viewer_refused() {
     browser.find("#lineage-graph g.node[data-id='sync:web_to_sqlite']").await;
     browser.find("#lineage-graph path[data-from='table:workspace/web_events'][data-to='sync:web_to_sqlite']").await;
     browser.screenshot("lineage").await;
+
+    // A named connection from its form; Test connection says why it cannot log in.
+    browser.click("nav a[data-view=connections]").await;
+    browser.fill("#connection-form input[name=name]", "warehouse").await;
+    browser.fill("#connection-form input[name=host]", "127.0.0.1").await;
+    browser.fill("#connection-form input[name=port]", "1").await;
+    browser.fill("#connection-form input[name=user]", "loader").await;
+    browser.click("#test-connection").await;
+    let failed = browser.wait_text("#connection-result", |t| !t.is_empty()).await;
+    assert!(failed.contains('✗'), "{failed}");
+    browser.click("#save-connection").await;
+    browser.find("#connections tr[data-connection=warehouse]").await;
+    browser.screenshot("connections").await;
+    let (_, saved) = server.get("/api/connections/warehouse").await;
+    assert_eq!(saved["config"]["port"], 1, "{saved}");
 
     // The pipelines page with the stream, the sync's run and the activity.
     browser.click("nav a[data-view=pipelines]").await;

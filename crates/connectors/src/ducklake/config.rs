@@ -9,7 +9,7 @@ use sluice_core::{Error, Result, Secret};
 use crate::files::S3Config;
 
 /// A table in a DuckLake: the catalog holds the metadata, the data path holds Parquet files.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DuckLakeConfig {
     /// The catalog: `sqlite:/path/lake.sqlite`, or `postgres:host=… port=… dbname=… user=…`

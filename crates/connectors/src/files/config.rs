@@ -8,7 +8,7 @@ use super::gcs::GcsConfig;
 use super::names::Template;
 
 /// The file format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FileFormat {
     /// Apache Parquet (Snappy by default).
@@ -32,7 +32,7 @@ impl FileFormat {
 
 /// How file bytes are compressed: `gzip` for CSV and JSON lines (the whole file, `.gz` added
 /// to the name); `snappy` (the default), `gzip` or `none` for Parquet's pages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
     /// Uncompressed.
@@ -45,7 +45,7 @@ pub enum Compression {
 
 /// When a stream closes a file and starts the next: whichever limit comes first. A table's
 /// file also closes when its columns change, so every file has one schema.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Rotate {
     /// Rows per file.
@@ -78,9 +78,12 @@ fn default_seconds() -> u64 {
 }
 
 /// Where and how files are written.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FilesConfig {
+    /// A named connection (`/api/connections`) that gives the fields left out here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<String>,
     /// A local folder, `s3://bucket/prefix`, `az://container/prefix` or `gs://bucket/prefix`.
     pub location: String,
     /// `parquet`, `csv` or `jsonl`.
@@ -112,7 +115,7 @@ pub struct FilesConfig {
 
 /// An S3 bucket's endpoint and credentials; without credentials the usual AWS environment
 /// variables are used.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct S3Config {
     /// A custom endpoint (MinIO, moto, …); AWS when absent.
@@ -135,7 +138,7 @@ pub(crate) fn default_region() -> String {
 
 /// An Azure storage account; without a key the `AZURE_STORAGE_*` environment variables are
 /// used.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AzureConfig {
     /// The storage account's name.

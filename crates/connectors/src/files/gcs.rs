@@ -29,7 +29,7 @@ const BASE_TIMEOUT: Duration = Duration::from_secs(60);
 const GET_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A Google Cloud Storage endpoint and credentials.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GcsConfig {
     /// The JSON API's base URL; https://storage.googleapis.com when absent (fake-gcs-server:

@@ -237,6 +237,7 @@ mod tests {
         let root = std::env::temp_dir().join(format!("sluice-files-{}", rand::random::<u64>()));
         let (out, spool, saved) = (root.join("out"), root.join("spool"), root.join("saved"));
         let config = FilesConfig {
+            connection: None,
             location: out.display().to_string(),
             format: FileFormat::Jsonl,
             compression: None,

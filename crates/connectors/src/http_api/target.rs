@@ -18,7 +18,7 @@ use sluice_core::secret::REDACTED;
 use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Secret};
 
 /// The HTTP method for rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum HttpMethod {
     /// POST.
@@ -45,7 +45,7 @@ impl HttpMethod {
 
 /// How mirror sends the keys that disappeared: a JSON array of key objects, each with
 /// `flag: true`, sent with `method` to `url`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteForm {
     /// Where deletes go; the rows' URL by default. A password in it is a secret, as in `url`.
@@ -70,7 +70,7 @@ fn default_flag() -> String {
 }
 
 /// An HTTP API destination.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpApiConfig {
     /// Where rows are sent. A password in it (`https://user:pw@host/…`) is a secret: serialized

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::KeyMemory;
 
 /// HTTP push settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpPushConfig {
     /// Largest body accepted, after gzip decoding, in bytes; larger bodies get 413.

@@ -6,12 +6,15 @@ use std::path::PathBuf;
 use rdkafka::ClientConfig;
 use serde::{Deserialize, Serialize, Serializer};
 use sluice_core::secret::REDACTED;
-use sluice_core::{Error, Result, Secret};
+use sluice_core::{Error, ErrorKind, Result, Secret};
 
 /// A Kafka source.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
+    /// A named connection (`/api/connections`) that gives the fields left out here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<String>,
     /// Bootstrap brokers, `host:port`.
     pub brokers: Vec<String>,
     /// Topics to read. Give these or `topic_regex`.
@@ -86,7 +89,7 @@ fn is_default_rejoin_idle_ms(ms: &u64) -> bool {
 }
 
 /// Where a stream starts when it has no stored position.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StartFrom {
     /// The oldest message still in the topic.
@@ -97,7 +100,7 @@ pub enum StartFrom {
 }
 
 /// TLS files.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
     /// CA certificate(s) to trust, PEM.
@@ -112,7 +115,7 @@ pub struct TlsConfig {
 }
 
 /// SASL settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SaslConfig {
     /// `plain`, `scram-sha-256` or `scram-sha-512`.
@@ -125,7 +128,7 @@ pub struct SaslConfig {
 }
 
 /// SASL mechanisms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum SaslMechanism {
     /// PLAIN (for example Azure Event Hubs' Kafka endpoint); use it with TLS.
@@ -258,4 +261,20 @@ impl KafkaConfig {
         }
         c
     }
+}
+
+/// Test connection for a cluster: read its metadata with `config` (a Kafka source's JSON).
+pub async fn test_cluster(config: serde_json::Value) -> Result<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let config: KafkaConfig =
+        serde_json::from_value(config).map_err(|e| Error::new(ErrorKind::Config, format!("connection: {e}")))?;
+    let client: BaseConsumer = config.client_config("connection-test").create().map_err(client_config_error)?;
+    tokio::task::spawn_blocking(move || {
+        let metadata = client
+            .fetch_metadata(None, std::time::Duration::from_secs(10))
+            .map_err(|e| Error::new(ErrorKind::Connect, format!("the brokers did not answer: {e}")))?;
+        Ok(format!("{} broker(s), {} topic(s)", metadata.brokers().len(), metadata.topics().len()))
+    })
+    .await
+    .map_err(|e| Error::new(ErrorKind::Fatal, format!("the metadata request failed: {e}")))?
 }

@@ -8,5 +8,5 @@ mod source;
 mod throttle;
 mod watchdog;
 
-pub use config::{KafkaConfig, SaslConfig, SaslMechanism, StartFrom, TlsConfig, is_secret_property};
+pub use config::{KafkaConfig, SaslConfig, SaslMechanism, StartFrom, TlsConfig, is_secret_property, test_cluster};
 pub use source::{KafkaSource, rewind_group};

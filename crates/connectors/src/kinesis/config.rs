@@ -6,9 +6,12 @@ use serde::{Deserialize, Serialize};
 use sluice_core::{Error, ErrorKind, Result, Secret};
 
 /// A Kinesis source.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KinesisConfig {
+    /// A named connection (`/api/connections`) that gives the fields left out here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<String>,
     /// The data stream's name, or its ARN (`arn:aws:kinesis:REGION:ACCOUNT:stream/NAME`).
     pub stream: String,
     /// AWS region; defaults to the provider chain's (`AWS_REGION`, profile), or the ARN's.
@@ -41,7 +44,7 @@ fn default_max_records() -> i32 {
 }
 
 /// An access key pair.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KinesisCredentials {
     /// Access key id.
@@ -55,7 +58,7 @@ pub struct KinesisCredentials {
 }
 
 /// Where a shard with no checkpoint starts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum KinesisStart {
     /// The oldest record still retained (TRIM_HORIZON).
@@ -168,4 +171,18 @@ impl KinesisConfig {
         }
         Ok(Client::new(&shared))
     }
+}
+
+/// Test connection for an AWS account: list its Kinesis streams with `config` (a Kinesis
+/// source's JSON).
+pub async fn test_account(config: serde_json::Value) -> Result<String> {
+    let config: KinesisConfig =
+        serde_json::from_value(config).map_err(|e| Error::new(ErrorKind::Config, format!("connection: {e}")))?;
+    let listed = config.client().await?.list_streams().send().await.map_err(|e| {
+        Error::new(
+            ErrorKind::Connect,
+            format!("Kinesis ListStreams failed: {}", aws_sdk_kinesis::error::DisplayErrorContext(&e)),
+        )
+    })?;
+    Ok(format!("logged in; {} Kinesis stream(s)", listed.stream_names().len()))
 }

@@ -16,9 +16,12 @@ const D: Dialect = Dialect::MySql;
 const STATEMENT_BYTES: usize = 4 << 20;
 
 /// A table in a MySQL or MariaDB database.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MysqlTableConfig {
+    /// A named connection (`/api/connections`) that gives the fields left out here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<String>,
     /// Host name or address.
     pub host: String,
     /// Port.

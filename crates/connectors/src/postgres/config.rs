@@ -4,9 +4,12 @@ use serde::{Deserialize, Serialize};
 use sluice_core::{Error, ErrorKind, Result, Secret};
 
 /// A Postgres CDC source.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresConfig {
+    /// A named connection (`/api/connections`) that gives the fields left out here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<String>,
     /// Host name or address.
     pub host: String,
     /// Port.
@@ -60,7 +63,7 @@ fn default_chunk() -> u32 {
 }
 
 /// TLS to the server, as libpq's `sslmode`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum SslMode {
     /// Plain TCP.

@@ -13,9 +13,12 @@ use super::config::{Endpoint, SslMode, cause, connect, validate_tls};
 use crate::sql_table::Dialect;
 
 /// A table in a Postgres database.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresTableConfig {
+    /// A named connection (`/api/connections`) that gives the fields left out here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<String>,
     /// Host name or address.
     pub host: String,
     /// Port.

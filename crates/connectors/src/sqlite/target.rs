@@ -18,7 +18,7 @@ use crate::sql_table::{Dialect, Literals, binary, column_names};
 const D: Dialect = Dialect::Sqlite;
 
 /// A table in a SQLite database file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SqliteTableConfig {
     /// The database file; created when missing.

@@ -35,7 +35,7 @@ pub use accounts::{Accounts, StoredToken, StoredUser, UserChange};
 pub use approvals::AWAITING_APPROVAL;
 pub use db::quote;
 pub use query::{Query, QueryError, QueryErrorKind, QueryLimits, QueryResult, query_connection};
-pub use registry::{Registry, StoredStream, StoredSync};
+pub use registry::{Registry, StoredConnection, StoredStream, StoredSync};
 pub use replay::{LedgerEvent, ReplayRequest};
 pub use runs::{RunRecord, RunSummary};
 pub use schema_history::{SchemaEvent, SchemaHistory, changes_of as schema_changes_of};
@@ -70,6 +70,8 @@ CREATE TABLE IF NOT EXISTS sluice.push_keys (
 CREATE TABLE IF NOT EXISTS sluice.syncs (
     name VARCHAR NOT NULL, config JSON NOT NULL, created_at TIMESTAMPTZ NOT NULL,
     updated_at TIMESTAMPTZ NOT NULL);
+CREATE TABLE IF NOT EXISTS sluice.connections (
+    name VARCHAR NOT NULL, config JSON NOT NULL, updated_at TIMESTAMPTZ NOT NULL);
 CREATE TABLE IF NOT EXISTS sluice.sync_runs (
     id VARCHAR NOT NULL, sync VARCHAR NOT NULL, "trigger" VARCHAR NOT NULL, status VARCHAR NOT NULL,
     started_at TIMESTAMPTZ NOT NULL, finished_at TIMESTAMPTZ, duration_ms BIGINT,

@@ -149,6 +149,80 @@ impl Registry {
     }
 }
 
+/// A named connection as stored: its config (JSON, without secrets) and its secrets.
+#[derive(Debug, Clone)]
+pub struct StoredConnection {
+    /// Name.
+    pub name: String,
+    /// The config, serialized (secrets are never serialized).
+    pub config: serde_json::Value,
+    /// Secrets of the config, by field path; kept out of `config`.
+    pub secrets: BTreeMap<String, String>,
+}
+
+impl Registry {
+    /// Every stored named connection, by name, with its secrets.
+    pub async fn connections(&self) -> Result<Vec<StoredConnection>> {
+        let mut secrets = self.secrets.load()?;
+        let mut all = self
+            .db
+            .run(|c| {
+                let mut stmt = c
+                    .prepare("SELECT name, config::VARCHAR FROM sluice.connections ORDER BY name")
+                    .map_err(db_error)?;
+                let rows =
+                    stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).map_err(db_error)?;
+                let mut out = Vec::new();
+                for row in rows {
+                    let (name, config) = row.map_err(db_error)?;
+                    let config = serde_json::from_str(&config).map_err(json_error)?;
+                    out.push(StoredConnection { name, config, secrets: BTreeMap::new() });
+                }
+                Ok(out)
+            })
+            .await?;
+        for s in &mut all {
+            s.secrets = secrets.remove(&connection_owner(&s.name)).unwrap_or_default();
+        }
+        Ok(all)
+    }
+
+    /// Insert or replace a named connection and its secrets.
+    pub async fn save_connection(&self, connection: StoredConnection) -> Result<()> {
+        self.secrets.set(&connection_owner(&connection.name), connection.secrets.clone())?;
+        self.db
+            .run(move |c| {
+                in_transaction(c, |c| {
+                    c.execute("DELETE FROM sluice.connections WHERE name = ?", [&connection.name]).map_err(db_error)?;
+                    c.execute(
+                        "INSERT INTO sluice.connections VALUES (?, ?::JSON, now())",
+                        params![connection.name, connection.config.to_string()],
+                    )
+                    .map_err(db_error)?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    /// Remove a named connection and its secrets.
+    pub async fn delete_connection(&self, name: &str) -> Result<()> {
+        self.secrets.set(&connection_owner(name), BTreeMap::new())?;
+        let name = name.to_string();
+        self.db
+            .run(move |c| {
+                c.execute("DELETE FROM sluice.connections WHERE name = ?", [&name]).map_err(db_error)?;
+                Ok(())
+            })
+            .await
+    }
+}
+
+/// The key of a connection's secrets in `secrets.json`.
+fn connection_owner(name: &str) -> String {
+    format!("connection:{name}")
+}
+
 /// The key of a stream's secrets in `secrets.json`.
 fn stream_owner(name: &str) -> String {
     name.to_string()

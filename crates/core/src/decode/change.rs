@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::format::change::Route;
 
 /// How a stream writes its tables.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Every event is a new row.
@@ -20,7 +20,7 @@ pub enum Mode {
 }
 
 /// What the payloads are.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Format {
     /// JSON objects (or arrays of them).

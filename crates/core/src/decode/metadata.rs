@@ -9,7 +9,7 @@ use crate::rejects::Rejects;
 use crate::schema::{ColumnType, Fit};
 
 /// Optional metadata columns, per stream.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetadataConfig {
     /// `_received_at` TIMESTAMPTZ: when Sluice received the event.

@@ -1,12 +1,14 @@
 //! The HTTP API: one router, one file per resource, one error type.
 
 mod accounts;
+mod connections;
 mod error;
 mod feed;
 mod lineage;
 mod metrics;
 mod push;
 mod rejects;
+mod schema;
 mod sql;
 mod streams;
 mod syncs;
@@ -68,6 +70,11 @@ pub fn router(state: AppState) -> Router {
         .route("/api/streams/{id}/pause", post(streams::pause))
         .route("/api/streams/{id}/resume", post(streams::resume))
         .route("/api/sources/test", post(streams::test))
+        .route("/api/schema/{kind}", get(schema::schema))
+        .route("/api/connections", get(connections::list).post(connections::create))
+        .route("/api/connections/test", post(connections::test))
+        .route("/api/connections/{name}", get(connections::get).put(connections::replace).delete(connections::delete))
+        .route("/api/destinations/test", post(connections::test_destination))
         .route("/api/syncs", get(syncs::list).post(syncs::create))
         .route("/api/syncs/{id}", get(syncs::get).put(syncs::replace).delete(syncs::delete))
         .route("/api/syncs/{id}/runs", get(syncs::runs).post(syncs::run))

@@ -40,7 +40,9 @@ pub async fn create(
     State(state): State<AppState>,
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let mut config = parse_config(body?.0)?;
+    let mut body = body?.0;
+    state.supervisor.connections().fill(&mut body)?;
+    let mut config = parse_config(body)?;
     validate(&config)?;
     // Test connection before anything is created.
     let failed: Vec<_> =
@@ -106,10 +108,16 @@ pub async fn patch(
     }
     let mut merged = serde_json::to_value(&stream.config)
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    // The patch applies to the stream's own part; its connections fill in the rest again (a
+    // patch may name another connection).
+    let connections = state.supervisor.connections();
+    let mut own_secrets = stream.config.secrets();
+    connections.strip(&mut merged, &mut own_secrets);
     merge(&mut merged, body.0);
+    connections.fill(&mut merged)?;
     let mut config = parse_config(merged)?;
     // The serialized config has no secrets: keep the running stream's unless the patch sets new ones.
-    config.restore_secrets(&stream.config.secrets());
+    config.restore_secrets(&own_secrets);
     validate(&config)?;
     state.supervisor.save_and_start(config, stream.key_hash.clone()).await?;
     let stream = state.supervisor.get(&id).await.ok_or_else(|| ApiError::no_stream(&id))?;
@@ -159,8 +167,12 @@ pub async fn delete(
 }
 
 /// `POST /api/sources/test`: `{"name": "stream", "source": {...}}`; every check with its result.
-pub async fn test(body: Result<Json<Value>, JsonRejection>) -> Result<Json<Value>, ApiError> {
-    let body = body?.0;
+pub async fn test(
+    State(state): State<AppState>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let mut body = body?.0;
+    state.supervisor.connections().fill(&mut body)?;
     let name = body.get("name").and_then(Value::as_str).unwrap_or("test").to_string();
     let source: sluice_connectors::SourceConfig =
         serde_json::from_value(body.get("source").cloned().unwrap_or(Value::Null))

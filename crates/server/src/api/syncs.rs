@@ -69,7 +69,9 @@ pub async fn create(
     State(state): State<AppState>,
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let config = parse(body?.0)?;
+    let mut body = body?.0;
+    state.syncs.connections().fill(&mut body)?;
+    let config = parse(body)?;
     if state.syncs.get(&config.name).await.is_some() {
         return Err(ApiError::new(StatusCode::CONFLICT, format!("a sync named '{}' exists", config.name)));
     }
@@ -96,13 +98,19 @@ pub async fn replace(
     if let Some(map) = body.as_object_mut() {
         map.entry("name").or_insert(Value::String(id.clone()));
     }
+    let connections = state.syncs.connections();
+    connections.fill(&mut body)?;
     let mut config = parse_unchecked(body)?;
     if config.name != id {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "name: cannot be changed; create a new sync"));
     }
     let existing = state.syncs.get(&id).await.ok_or_else(|| no_sync(&id))?;
     // Checked once the secrets are back: a password shown as `***` stands for the stored one.
-    config.restore_secrets(&existing.config.secrets());
+    // Only the sync's own: what its connection gave comes from the connection.
+    let mut own_secrets = existing.config.secrets();
+    let mut own = serde_json::to_value(&existing.config).unwrap_or_default();
+    connections.strip(&mut own, &mut own_secrets);
+    config.restore_secrets(&own_secrets);
     validate(&config)?;
     save(&state, config).await?;
     let entry = state.syncs.get(&id).await.ok_or_else(|| no_sync(&id))?;

@@ -14,6 +14,8 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("pipelines.js", JS, include_str!("assets/pipelines.js")),
     ("stream.js", JS, include_str!("assets/stream.js")),
     ("create.js", JS, include_str!("assets/create.js")),
+    ("form.js", JS, include_str!("assets/form.js")),
+    ("connections.js", JS, include_str!("assets/connections.js")),
     ("sql.js", JS, include_str!("assets/sql.js")),
     ("syncs.js", JS, include_str!("assets/syncs.js")),
     ("lineage.js", JS, include_str!("assets/lineage.js")),

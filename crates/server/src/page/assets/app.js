@@ -9,6 +9,7 @@ import * as sql from "/ui/sql.js";
 import * as syncs from "/ui/syncs.js";
 import * as lineage from "/ui/lineage.js";
 import * as users from "/ui/users.js";
+import * as connections from "/ui/connections.js";
 
 /** Build an element: `h("td", {class: "num"}, "3")`. Text is always text, never HTML. */
 export function h(tag, attrs = {}, ...children) {
@@ -48,10 +49,12 @@ const routes = [
   [/^#\/pipelines$/, pipelines],
   [/^#\/streams\/([^/]+)$/, stream],
   [/^#\/new-stream$/, create],
+  [/^#\/streams\/([^/]+)\/edit$/, create],
   [/^#\/sql$/, sql],
   [/^#\/syncs(?:\/([^/]+))?$/, syncs],
   [/^#\/lineage$/, lineage],
   [/^#\/users$/, users],
+  [/^#\/connections(?:\/([^/]+))?$/, connections],
 ];
 
 const main = document.getElementById("view");

@@ -1,54 +1,61 @@
-// Create a stream: a form for an HTTP push stream (name, table, metadata columns, mode, keys,
-// batching), or any stream config as JSON (Kafka, Kinesis, Postgres, a destination).
+// Create or edit a stream: a form generated from the stream config's JSON Schema (the same type
+// the API and the YAML file read), with Test source; or any config pasted as JSON.
 
 import { h, errorText, writeButton } from "/ui/app.js";
 import { api } from "/ui/api.js";
+import { schemaForm } from "/ui/form.js";
 
-const METADATA = ["received_at", "position"];
-
-export async function render(main) {
+export async function render(main, [id]) {
+  const schema = await api("GET", "/api/schema/stream");
+  if (!schema.ok) { main.append(h("p", { class: "error" }, errorText(schema))); return; }
+  let existing = null;
+  if (id) {
+    const r = await api("GET", `/api/streams/${encodeURIComponent(id)}`);
+    if (!r.ok) { main.append(h("p", { class: "error" }, errorText(r))); return; }
+    existing = r.body.config;
+  }
   const result = h("div", { id: "create-result" });
-  const form = h("form", { id: "new-stream", class: "card" },
-    h("h1", {}, "New HTTP push stream"),
-    h("label", {}, "Name (letters, digits, _ and -)", h("input", { name: "name", required: true, pattern: "[A-Za-z0-9_-]+" })),
-    h("label", {}, "Table", h("input", { name: "table", required: true })),
-    h("fieldset", {}, h("legend", {}, "Metadata columns"),
-      METADATA.map((m) => h("label", { class: "inline" }, h("input", { type: "checkbox", name: `meta_${m}` }), `_${m}`))),
-    h("label", {}, "Mode", h("select", { name: "mode" }, h("option", { value: "append" }, "append: every event is a row"),
-      h("option", { value: "mirror" }, "mirror: one row per key"))),
-    h("label", {}, "Keys (mirror mode, comma-separated)", h("input", { name: "keys" })),
-    h("label", {}, "Write a batch at the latest after (ms)", h("input", { name: "max_wait_ms", type: "number", min: 1, max: 60000, value: 250 })),
-    writeButton("Create stream", null, { type: "submit", id: "create-stream" }));
-  form.addEventListener("submit", async (e) => {
+  const form = schemaForm(schema.body, existing || { source: { type: "http_push" } });
+  const value = () => {
+    try { return form.value(); } catch (err) { result.replaceChildren(h("p", { class: "error" }, err.message)); return null; }
+  };
+  const element = h("form", { id: "new-stream", class: "card" },
+    h("h1", {}, id ? `Edit stream ${id}` : "New stream"),
+    h("p", { class: "muted" }, "Fields left empty take their defaults; a secret left empty keeps the stored one."),
+    form.element,
+    h("div", { class: "actions" },
+      writeButton("Test source", async () => {
+        const config = value(); if (!config) return;
+        const r = await api("POST", "/api/sources/test", { name: config.name || id || "test", source: config.source || { type: "http_push" } });
+        result.replaceChildren(r.ok
+          ? h("div", { id: "test-result", "data-ok": String(r.body.ok) }, r.body.checks.map((c) => h("p", { class: c.ok ? "" : "error" }, `${c.ok ? "✓" : "✗"} ${c.name}: ${c.message}`)))
+          : h("p", { class: "error" }, errorText(r)));
+      }, { type: "button", class: "secondary", id: "test-source" }),
+      writeButton(id ? "Save" : "Create stream", null, { type: "submit", id: "create-stream" })));
+  if (id) element.querySelector("input[name=name]").readOnly = true;
+  element.addEventListener("submit", async (e) => {
     e.preventDefault();
-    const d = new FormData(form);
-    const config = {
-      name: d.get("name"), table: d.get("table"), source: { type: "http_push" },
-      metadata: Object.fromEntries(METADATA.map((m) => [m, d.get(`meta_${m}`) === "on"])),
-      mode: d.get("mode"), flush: { max_wait_ms: Number(d.get("max_wait_ms")) || 250 },
-    };
-    const keys = String(d.get("keys") || "").split(",").map((k) => k.trim()).filter(Boolean);
-    if (keys.length) config.keys = keys;
-    await create(config, result);
+    const config = value(); if (!config) return;
+    if (!id) { await create(config, result); return; }
+    delete config.name;
+    const r = await api("PATCH", `/api/streams/${encodeURIComponent(id)}`, config);
+    if (r.ok) location.hash = `#/streams/${encodeURIComponent(id)}`;
+    else result.replaceChildren(h("p", { class: "error", id: "create-error" }, errorText(r)));
   });
+  if (id) { main.append(element, result); return; }
 
   const raw = h("textarea", { rows: 12, id: "stream-json" }, JSON.stringify({
     name: "orders", table: "orders",
     source: { type: "kafka", brokers: ["127.0.0.1:9092"], topics: ["orders"] },
   }, null, 2));
-  const advanced = h("div", { class: "card" }, h("h2", {}, "Any stream, as JSON"),
-    h("p", { class: "muted" }, "The same config as the API and the YAML file (see the README's stream config table)."),
+  const advanced = h("div", { class: "card" }, h("h2", {}, "Or paste a config as JSON"),
+    h("p", { class: "muted" }, "The same config as the form, the API and the YAML file."),
     raw, h("div", { class: "actions" },
-      writeButton("Test source", async () => {
-        let config; try { config = JSON.parse(raw.value); } catch (err) { result.textContent = err.message; return; }
-        const r = await api("POST", "/api/sources/test", { name: config.name, source: config.source });
-        result.replaceChildren(r.ok ? h("pre", {}, JSON.stringify(r.body, null, 2)) : h("p", { class: "error" }, errorText(r)));
-      }, { class: "secondary" }),
       writeButton("Create from JSON", async () => {
         let config; try { config = JSON.parse(raw.value); } catch (err) { result.textContent = err.message; return; }
         await create(config, result);
       })));
-  main.append(form, result, advanced);
+  main.append(element, result, advanced);
 }
 
 async function create(config, result) {

@@ -1,5 +1,5 @@
 // One stream: its figures and actions, its schema with its history, a live feed of the rows it
-// commits, its rejects with their reasons, and msg/s over the last hour.
+// commits, its rejects with their reasons, and msg/s, lag and latency over the last hour.
 
 import { h, state, fmt, errorText, writeButton } from "/ui/app.js";
 import { api, events, canWrite } from "/ui/api.js";
@@ -16,12 +16,15 @@ export async function render(main, [id]) {
   const feed = h("div", { class: "feed", id: "feed" });
   const rejects = h("div", { id: "rejects" });
   const chart = h("div", { id: "chart" });
+  const lagChart = h("div", { id: "chart-lag" });
+  const latencyChart = h("div", { id: "chart-latency" });
   main.append(
     h("h1", {}, `Stream ${id}`), message,
     h("div", { class: "actions" },
       s.config.source.type === "postgres"
         ? writeButton("Resnapshot", () => act("POST", `${path}/resnapshot`, "Started over from the source."), { id: "resnapshot", class: "secondary" })
         : null,
+      writeButton("Edit", () => { location.hash = `#/streams/${encodeURIComponent(id)}/edit`; }, { id: "edit-stream", class: "secondary" }),
       writeButton(s.config.paused ? "Resume" : "Pause", async () => {
         const a = await api("POST", `${path}/${s.config.paused ? "resume" : "pause"}`);
         if (a.ok) window.dispatchEvent(new HashChangeEvent("hashchange")); else message.textContent = errorText(a);
@@ -36,6 +39,9 @@ export async function render(main, [id]) {
       h("div", { class: "card" }, h("h2", {}, "Live feed"), h("p", { class: "muted" }, "Rows as they commit; at most 20 per batch."), feed),
       h("div", { class: "card" }, h("h2", {}, "msg/s, last hour"), chart)),
     h("div", { class: "row" },
+      h("div", { class: "card" }, h("h2", {}, "Lag, last hour"), lagChart),
+      h("div", { class: "card" }, h("h2", {}, "Latency ms, last hour"), latencyChart)),
+    h("div", { class: "row" },
       h("div", { class: "card" }, h("h2", {}, "Schema"), schema, h("h2", {}, "How it evolved"), history),
       h("div", { class: "card" }, h("h2", {}, "Rejects"), rejects)),
     h("div", { class: "card" }, h("h2", {}, "Config"), h("pre", { id: "config" }, JSON.stringify(s.config, null, 2))));
@@ -47,9 +53,10 @@ export async function render(main, [id]) {
   }
 
   async function loadFigures() {
-    const m = await api("GET", `${path}/metrics`);
+    // The stream's own route: its metrics without counting as a metrics API check.
+    const m = await api("GET", path);
     if (!m.ok) return;
-    const x = m.body;
+    const x = m.body.metrics;
     figures.replaceChildren(h("table", {}, h("tbody", {},
       h("tr", {}, h("th", {}, "State"), h("td", {}, state(x.state), x.last_error ? ` ${x.last_error}` : ""),
         h("th", {}, "msg/s"), h("td", { class: "num" }, fmt(x.messages_per_sec)),
@@ -93,7 +100,16 @@ export async function render(main, [id]) {
 
   async function loadChart() {
     const hist = await api("GET", `${path}/metrics/history`);
-    if (hist.ok) chart.replaceChildren(lineChart(hist.body.samples.map((p) => [p.at_ms, p.messages_per_sec])));
+    if (!hist.ok) return;
+    const samples = hist.body.samples;
+    const series = (name, value) => ({ name, points: samples.map((p) => [p.at_ms, value(p)]) });
+    chart.replaceChildren(lineChart(samples.map((p) => [p.at_ms, p.messages_per_sec])));
+    // Lag in messages where the source counts them; in seconds where it does not (Kinesis).
+    const inSeconds = samples.every((p) => !p.lag_messages) && samples.some((p) => p.lag_seconds > 0);
+    lagChart.replaceChildren(lineChart([inSeconds
+      ? series("seconds", (p) => p.lag_seconds)
+      : series("messages", (p) => p.lag_messages)]));
+    latencyChart.replaceChildren(lineChart([series("p50", (p) => p.latency_p50_ms), series("p99", (p) => p.latency_p99_ms)]));
   }
 
   function addFeed(kind, data) {
@@ -124,8 +140,15 @@ export async function render(main, [id]) {
   return () => { controller.abort(); clearInterval(fast); clearInterval(slow); };
 }
 
-/** An inline SVG line chart of `[time_ms, value]` points. */
-export function lineChart(points, width = 520, height = 160) {
+/** Colours of a chart's series, in order. */
+const COLORS = ["#2458d6", "#d97706", "#16803c"];
+
+/**
+ * An inline SVG line chart on one scale: `[time_ms, value]` points, or several series as
+ * `[{ name, points }]`, named in a legend.
+ */
+export function lineChart(series, width = 520, height = 160) {
+  if (!series.length || Array.isArray(series[0])) series = [{ points: series }];
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
@@ -135,20 +158,33 @@ export function lineChart(points, width = 520, height = 160) {
     const el = document.createElementNS(ns, "text");
     el.setAttribute("x", x); el.setAttribute("y", y); el.setAttribute("text-anchor", anchor); el.textContent = t;
     svg.append(el);
+    return el;
   };
-  if (points.length < 2) { text(width / 2, height / 2, "Collecting samples…", "middle"); return svg; }
+  if (series.every((s) => s.points.length < 2)) { text(width / 2, height / 2, "Collecting samples…", "middle"); return svg; }
   const pad = { l: 48, r: 8, t: 10, b: 22 };
-  const t0 = points[0][0], t1 = points[points.length - 1][0];
-  const max = Math.max(1, ...points.map((p) => p[1]));
+  const all = series.flatMap((s) => s.points);
+  const t0 = all.reduce((t, p) => Math.min(t, p[0]), Infinity), t1 = all.reduce((t, p) => Math.max(t, p[0]), -Infinity);
+  const max = all.reduce((m, p) => Math.max(m, p[1]), 1);
   const x = (t) => pad.l + (t - t0) / Math.max(1, t1 - t0) * (width - pad.l - pad.r);
   const y = (v) => height - pad.b - v / max * (height - pad.t - pad.b);
-  const line = document.createElementNS(ns, "polyline");
-  line.setAttribute("points", points.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" "));
-  line.setAttribute("fill", "none"); line.setAttribute("stroke", "#2458d6"); line.setAttribute("stroke-width", "2");
   const axis = document.createElementNS(ns, "path");
   axis.setAttribute("d", `M${pad.l},${pad.t} V${height - pad.b} H${width - pad.r}`);
   axis.setAttribute("stroke", "#98a2b3"); axis.setAttribute("fill", "none");
-  svg.append(axis, line);
+  svg.append(axis);
+  // A line per series, and its name in its colour, in a row that ends at the top right corner.
+  const named = series.filter((s) => s.name);
+  let legend = width - pad.r - named.reduce((w, s) => w + s.name.length * 7 + 14, -14);
+  for (const [i, s] of series.entries()) {
+    const color = COLORS[i % COLORS.length];
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("points", s.points.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" "));
+    line.setAttribute("fill", "none"); line.setAttribute("stroke", color); line.setAttribute("stroke-width", "2");
+    svg.append(line);
+    if (!s.name) continue;
+    line.setAttribute("data-series", s.name);
+    text(legend, pad.t + 10, s.name).setAttribute("fill", color);
+    legend += s.name.length * 7 + 14;
+  }
   text(pad.l - 4, pad.t + 10, fmt(max), "end");
   text(pad.l - 4, height - pad.b, "0", "end");
   text(pad.l, height - 4, new Date(t0).toLocaleTimeString());

@@ -3,6 +3,7 @@
 
 import { h, state, fmt, errorText, writeButton } from "/ui/app.js";
 import { api } from "/ui/api.js";
+import { schemaForm } from "/ui/form.js";
 
 export async function render(main, [id]) {
   if (id === "new") return newSync(main);
@@ -18,51 +19,29 @@ export async function render(main, [id]) {
         h("td", {}, s.config.destination.kind), h("td", {}, s.next_run_at ? new Date(s.next_run_at).toLocaleString() : "by hand"))))));
 }
 
-const DESTINATIONS = {
-  sqlite: [["path", "SQLite file", "/tmp/app.db"], ["table", "Table", ""]],
-  postgres: [["host", "Host", "127.0.0.1"], ["port", "Port", "5432"], ["database", "Database", ""], ["user", "User", ""],
-             ["password", "Password", ""], ["table", "Table", ""]],
-  mysql: [["host", "Host", "127.0.0.1"], ["port", "Port", "3306"], ["database", "Database", ""], ["user", "User", ""],
-          ["password", "Password", ""], ["table", "Table", ""]],
-  files: [["location", "Folder or s3://bucket/prefix", ""], ["format", "parquet, csv or jsonl", "parquet"], ["name", "File name", ""]],
-  http: [["url", "URL", "https://"]],
-};
-
-function newSync(main) {
-  const fields = h("div", { id: "destination-fields" });
-  const kind = h("select", { name: "kind", id: "destination-kind" }, Object.keys(DESTINATIONS).map((k) => h("option", { value: k }, k)));
-  const showFields = () => fields.replaceChildren(...DESTINATIONS[kind.value].map(([name, label, value]) =>
-    h("label", {}, label, h("input", { name: `d_${name}`, value, type: name === "password" ? "password" : "text" }))));
-  kind.addEventListener("change", showFields);
-  showFields();
+/** A new sync, from a form generated from the sync config's JSON Schema. */
+async function newSync(main) {
+  const schema = await api("GET", "/api/schema/sync");
+  if (!schema.ok) { main.append(h("p", { class: "error" }, errorText(schema))); return; }
+  const form = schemaForm(schema.body, {
+    query: sessionStorage.getItem("sluice.sync-sql") || "", mode: "replace", destination: { kind: "sqlite" },
+  });
   const result = h("div", { id: "sync-result" });
-  const form = h("form", { id: "new-sync", class: "card" },
+  const element = h("form", { id: "new-sync", class: "card" },
     h("h1", {}, "New sync"),
-    h("label", {}, "Name", h("input", { name: "name", required: true, pattern: "[A-Za-z0-9_-]+" })),
-    h("label", {}, "Query", h("textarea", { name: "query", rows: 5, required: true }, sessionStorage.getItem("sluice.sync-sql") || "")),
-    h("label", {}, "Mode", h("select", { name: "mode" }, ["replace", "append", "upsert", "mirror"].map((m) => h("option", { value: m }, m)))),
-    h("label", {}, "Keys (upsert and mirror, comma-separated)", h("input", { name: "keys" })),
-    h("label", {}, "Schedule (cron, optional)", h("input", { name: "cron", placeholder: "*/15 * * * *" })),
-    h("label", {}, "Destination", kind), fields,
+    h("p", { class: "muted" }, "Fields left empty take their defaults."),
+    form.element,
     writeButton("Create sync", null, { type: "submit", id: "create-sync" }));
-  form.addEventListener("submit", async (e) => {
+  element.addEventListener("submit", async (e) => {
     e.preventDefault();
-    const d = new FormData(form);
-    const destination = { kind: kind.value };
-    for (const [name] of DESTINATIONS[kind.value]) {
-      const v = String(d.get(`d_${name}`) || "").trim();
-      if (v) destination[name] = name === "port" ? Number(v) : v;
-    }
-    const config = { name: d.get("name"), query: d.get("query"), mode: d.get("mode"), destination };
-    const keys = String(d.get("keys") || "").split(",").map((k) => k.trim()).filter(Boolean);
-    if (keys.length) config.keys = keys;
-    if (String(d.get("cron") || "").trim()) config.schedule = { cron: String(d.get("cron")).trim() };
+    let config;
+    try { config = form.value(); } catch (err) { result.replaceChildren(h("p", { class: "error" }, err.message)); return; }
     const r = await api("POST", "/api/syncs", config);
     if (!r.ok) { result.replaceChildren(h("p", { class: "error", id: "sync-error" }, errorText(r))); return; }
     sessionStorage.removeItem("sluice.sync-sql");
     location.hash = `#/syncs/${encodeURIComponent(r.body.id)}`;
   });
-  main.append(form, result);
+  main.append(element, result);
 }
 
 async function oneSync(main, id) {
