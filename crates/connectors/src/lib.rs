@@ -22,7 +22,9 @@ pub use connection::{
     test_connection,
 };
 pub use delivery::DeliverySink;
-pub use stream::{SourceConfig, SourceContext, SourceHandle, StreamConfig, build_source, release_source, test_source};
+pub use stream::{
+    SourceConfig, SourceContext, SourceHandle, StreamConfig, build_source, probe_source, release_source, test_source,
+};
 pub use sync::{DestinationConfig, Schedule, SyncConfig, build_destination};
 #[cfg(test)]
 mod test_rows;

@@ -175,3 +175,53 @@ async fn one_connection_serves_a_source_a_stream_and_a_sync_and_a_change_reaches
     }
     assert_eq!(server.get("/api/connections/pg").await.0, 404);
 }
+
+/// Test source, Test destination and Test connection answer for real Kafka (tansu), Kinesis
+/// (kinesis-local) and PostgreSQL, saying what is wrong when something is.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_test_buttons_answer_for_kafka_kinesis_and_postgres() {
+    use reqwest::Method;
+    let pg = Postgres::start();
+    let broker = crate::broker::Broker::start();
+    broker.create_topic("present", 1);
+    let kinesis = crate::kinesis_local::KinesisLocal::start().await;
+    kinesis.create_stream("clicks", 1).await;
+    let dir = DataDir::new("test-buttons");
+    let server = Server::start(&dir.0).await;
+    let test = |path: &'static str, body: Value| {
+        let server = &server;
+        async move {
+            let (status, answer) = call(server, Method::POST, path, body).await;
+            assert_eq!(status, 200, "{answer}");
+            (answer["ok"].as_bool().unwrap(), answer["checks"][0]["message"].as_str().unwrap_or_default().to_string())
+        }
+    };
+
+    let kafka = json!({"type": "kafka", "brokers": [broker.bootstrap()], "topics": ["present"]});
+    let (ok, message) = test("/api/sources/test", json!({"source": kafka})).await;
+    assert!(ok && message.contains("broker"), "{message}");
+    let absent = json!({"type": "kafka", "brokers": [broker.bootstrap()], "topics": ["absent"]});
+    let (ok, message) = test("/api/sources/test", json!({"source": absent})).await;
+    assert!(!ok && message.contains("absent"), "{message}");
+    let (ok, message) = test("/api/sources/test", json!({"source": kinesis.source("clicks")})).await;
+    assert!(ok && message.contains("1 open shard"), "{message}");
+    let (ok, message) = test("/api/sources/test", json!({"source": kinesis.source("nothing")})).await;
+    assert!(!ok && message.contains("DescribeStreamSummary"), "{message}");
+
+    let destination = json!({"kind": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest",
+                             "user": "etl", "password": "etl", "table": "t"});
+    let (ok, message) = test("/api/destinations/test", json!({"destination": destination})).await;
+    assert!(ok, "{message}");
+    let mut wrong = destination.clone();
+    wrong["password"] = json!("wrong");
+    let (ok, message) = test("/api/destinations/test", json!({"destination": wrong})).await;
+    assert!(!ok && message.contains("password"), "{message}");
+
+    let cluster = json!({"kind": "kafka", "name": "cluster", "brokers": [broker.bootstrap()]});
+    let (ok, message) = test("/api/connections/test", cluster).await;
+    assert!(ok && message.contains("topic"), "{message}");
+    let account = json!({"kind": "aws", "name": "acct", "region": "us-east-1", "endpoint": kinesis.endpoint,
+                         "access_key_id": "test", "secret_access_key": "test"});
+    let (ok, message) = test("/api/connections/test", account).await;
+    assert!(ok && message.contains("Kinesis stream"), "{message}");
+}

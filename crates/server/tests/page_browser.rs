@@ -119,6 +119,19 @@ async fn the_page_from_login_to_lineage_and_a_viewer_refused() {
     let (_, runs) = server.get("/api/syncs/web_to_sqlite/runs").await;
     assert_eq!(runs["runs"][0]["rows_sent"], 2, "{runs}");
 
+    // Edit the sync in the same form: its destination checked with Test destination, then a
+    // schedule saved.
+    browser.click("#edit-sync").await;
+    browser.find("#new-sync input[name=name][readonly]").await;
+    browser.click("#test-destination").await;
+    browser.find("#test-result[data-ok=true]").await;
+    browser.fill("#new-sync input[name='schedule.cron']", "0 3 * * *").await;
+    browser.click("#create-sync").await;
+    browser.find("#run-now").await;
+    let (_, sync) = server.get("/api/syncs/web_to_sqlite").await;
+    assert_eq!(sync["config"]["schedule"]["cron"], "0 3 * * *", "{sync}");
+    assert_eq!(sync["config"]["destination"]["table"], "web_copy", "{sync}");
+
     // The lineage graph has the new sync, from the stream's table to the SQLite file.
     browser.click("nav a[data-view=lineage]").await;
     browser.find("#lineage-graph g.node[data-id='sync:web_to_sqlite']").await;

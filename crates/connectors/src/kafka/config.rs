@@ -265,15 +265,27 @@ impl KafkaConfig {
 
 /// Test connection for a cluster: read its metadata with `config` (a Kafka source's JSON).
 pub async fn test_cluster(config: serde_json::Value) -> Result<String> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
     let config: KafkaConfig =
         serde_json::from_value(config).map_err(|e| Error::new(ErrorKind::Config, format!("connection: {e}")))?;
+    probe(&config).await
+}
+
+/// The cluster's brokers and topics as `config` sees them; the topics it names that the
+/// cluster lacks are an error.
+pub async fn probe(config: &KafkaConfig) -> Result<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
     let client: BaseConsumer = config.client_config("connection-test").create().map_err(client_config_error)?;
+    let wanted = config.topics.clone();
     tokio::task::spawn_blocking(move || {
         let metadata = client
             .fetch_metadata(None, std::time::Duration::from_secs(10))
             .map_err(|e| Error::new(ErrorKind::Connect, format!("the brokers did not answer: {e}")))?;
-        Ok(format!("{} broker(s), {} topic(s)", metadata.brokers().len(), metadata.topics().len()))
+        let topics: Vec<&str> = metadata.topics().iter().map(|t| t.name()).collect();
+        let missing: Vec<&String> = wanted.iter().filter(|w| !topics.contains(&w.as_str())).collect();
+        if !missing.is_empty() {
+            return Err(Error::new(ErrorKind::Config, format!("the cluster has no topic {missing:?}")));
+        }
+        Ok(format!("{} broker(s), {} topic(s)", metadata.brokers().len(), topics.len()))
     })
     .await
     .map_err(|e| Error::new(ErrorKind::Fatal, format!("the metadata request failed: {e}")))?

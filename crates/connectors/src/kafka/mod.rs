@@ -8,5 +8,7 @@ mod source;
 mod throttle;
 mod watchdog;
 
-pub use config::{KafkaConfig, SaslConfig, SaslMechanism, StartFrom, TlsConfig, is_secret_property, test_cluster};
+pub use config::{
+    KafkaConfig, SaslConfig, SaslMechanism, StartFrom, TlsConfig, is_secret_property, probe, test_cluster,
+};
 pub use source::{KafkaSource, rewind_group};

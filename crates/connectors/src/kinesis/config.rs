@@ -186,3 +186,25 @@ pub async fn test_account(config: serde_json::Value) -> Result<String> {
     })?;
     Ok(format!("logged in; {} Kinesis stream(s)", listed.stream_names().len()))
 }
+
+/// The data stream `config` names, as Kinesis describes it.
+pub async fn probe(config: &KinesisConfig) -> Result<String> {
+    let mut request = config.client().await?.describe_stream_summary();
+    request = match config.stream_arn() {
+        Some(arn) => request.stream_arn(arn),
+        None => request.stream_name(config.stream_name()),
+    };
+    let summary = request.send().await.map_err(|e| {
+        Error::new(
+            ErrorKind::Connect,
+            format!("DescribeStreamSummary failed: {}", aws_sdk_kinesis::error::DisplayErrorContext(&e)),
+        )
+    })?;
+    let s = summary.stream_description_summary();
+    Ok(format!(
+        "stream {} is {}, {} open shard(s)",
+        config.stream_name(),
+        s.map(|s| s.stream_status().as_str().to_string()).unwrap_or_default(),
+        s.map_or(0, |s| s.open_shard_count())
+    ))
+}

@@ -6,6 +6,6 @@ mod reader;
 pub mod shards;
 mod source;
 
-pub use config::{KinesisConfig, KinesisCredentials, KinesisStart, test_account};
+pub use config::{KinesisConfig, KinesisCredentials, KinesisStart, probe, test_account};
 pub use kpl::{KPL_MAGIC, aggregate, deaggregate};
 pub use source::KinesisSource;

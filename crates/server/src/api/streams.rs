@@ -177,7 +177,7 @@ pub async fn test(
     let source: sluice_connectors::SourceConfig =
         serde_json::from_value(body.get("source").cloned().unwrap_or(Value::Null))
             .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("source: {e}")))?;
-    let checks = sluice_connectors::test_source(&source, &name).await?;
+    let checks = sluice_connectors::probe_source(&source, &name).await?;
     let ok = checks.iter().all(|c| c.ok);
     Ok(Json(json!({ "ok": ok, "checks": checks })))
 }

@@ -51,7 +51,7 @@ const routes = [
   [/^#\/new-stream$/, create],
   [/^#\/streams\/([^/]+)\/edit$/, create],
   [/^#\/sql$/, sql],
-  [/^#\/syncs(?:\/([^/]+))?$/, syncs],
+  [/^#\/syncs(?:\/([^/]+))?(?:\/(edit))?$/, syncs],
   [/^#\/lineage$/, lineage],
   [/^#\/users$/, users],
   [/^#\/connections(?:\/([^/]+))?$/, connections],

@@ -6,6 +6,7 @@
 import { h, errorText, writeButton } from "/ui/app.js";
 import { api } from "/ui/api.js";
 import { schemaForm } from "/ui/form.js";
+import { checks } from "/ui/syncs.js";
 
 export async function render(main, [id]) {
   const [schema, list] = await Promise.all([api("GET", "/api/schema/connection"), api("GET", "/api/connections")]);
@@ -36,9 +37,7 @@ export async function render(main, [id]) {
       writeButton("Test connection", async () => {
         const config = value(); if (!config) return;
         const r = await api("POST", "/api/connections/test", config);
-        result.replaceChildren(r.ok
-          ? h("div", { id: "test-result", "data-ok": String(r.body.ok) }, r.body.checks.map((c) => h("p", { class: c.ok ? "" : "error" }, `${c.ok ? "✓" : "✗"} ${c.message}`)))
-          : h("p", { class: "error" }, errorText(r)));
+        result.replaceChildren(checks(r));
       }, { type: "button", class: "secondary", id: "test-connection" }),
       writeButton(existing ? "Save" : "Create connection", null, { type: "submit", id: "save-connection" })));
   if (existing) element.querySelector("input[name=name]").readOnly = true;

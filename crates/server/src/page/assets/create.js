@@ -4,6 +4,7 @@
 import { h, errorText, writeButton } from "/ui/app.js";
 import { api } from "/ui/api.js";
 import { schemaForm } from "/ui/form.js";
+import { checks } from "/ui/syncs.js";
 
 export async function render(main, [id]) {
   const schema = await api("GET", "/api/schema/stream");
@@ -27,10 +28,13 @@ export async function render(main, [id]) {
       writeButton("Test source", async () => {
         const config = value(); if (!config) return;
         const r = await api("POST", "/api/sources/test", { name: config.name || id || "test", source: config.source || { type: "http_push" } });
-        result.replaceChildren(r.ok
-          ? h("div", { id: "test-result", "data-ok": String(r.body.ok) }, r.body.checks.map((c) => h("p", { class: c.ok ? "" : "error" }, `${c.ok ? "✓" : "✗"} ${c.name}: ${c.message}`)))
-          : h("p", { class: "error" }, errorText(r)));
+        result.replaceChildren(checks(r));
       }, { type: "button", class: "secondary", id: "test-source" }),
+      writeButton("Test destination", async () => {
+        const config = value(); if (!config) return;
+        if (!config.destination) { result.replaceChildren(h("p", {}, "No destination: the rows land in the workspace.")); return; }
+        result.replaceChildren(checks(await api("POST", "/api/destinations/test", { destination: config.destination })));
+      }, { type: "button", class: "secondary", id: "test-destination" }),
       writeButton(id ? "Save" : "Create stream", null, { type: "submit", id: "create-stream" })));
   if (id) element.querySelector("input[name=name]").readOnly = true;
   element.addEventListener("submit", async (e) => {

@@ -5,8 +5,9 @@ import { h, state, fmt, errorText, writeButton } from "/ui/app.js";
 import { api } from "/ui/api.js";
 import { schemaForm } from "/ui/form.js";
 
-export async function render(main, [id]) {
-  if (id === "new") return newSync(main);
+export async function render(main, [id, edit]) {
+  if (id === "new") return syncForm(main, null);
+  if (edit) return syncForm(main, id);
   if (id) return oneSync(main, id);
   const r = await api("GET", "/api/syncs");
   if (!r.ok) { main.append(h("p", { class: "error" }, errorText(r))); return; }
@@ -19,29 +20,51 @@ export async function render(main, [id]) {
         h("td", {}, s.config.destination.kind), h("td", {}, s.next_run_at ? new Date(s.next_run_at).toLocaleString() : "by hand"))))));
 }
 
-/** A new sync, from a form generated from the sync config's JSON Schema. */
-async function newSync(main) {
+/** A new sync, or a change to `id`, from a form generated from the sync config's JSON Schema. */
+async function syncForm(main, id) {
   const schema = await api("GET", "/api/schema/sync");
   if (!schema.ok) { main.append(h("p", { class: "error" }, errorText(schema))); return; }
-  const form = schemaForm(schema.body, {
-    query: sessionStorage.getItem("sluice.sync-sql") || "", mode: "replace", destination: { kind: "sqlite" },
-  });
+  let initial = { query: sessionStorage.getItem("sluice.sync-sql") || "", mode: "replace", destination: { kind: "sqlite" } };
+  if (id) {
+    const r = await api("GET", `/api/syncs/${encodeURIComponent(id)}`);
+    if (!r.ok) { main.append(h("p", { class: "error" }, errorText(r))); return; }
+    initial = r.body.config;
+  }
+  const form = schemaForm(schema.body, initial);
   const result = h("div", { id: "sync-result" });
+  const value = () => {
+    try { return form.value(); } catch (err) { result.replaceChildren(h("p", { class: "error" }, err.message)); return null; }
+  };
   const element = h("form", { id: "new-sync", class: "card" },
-    h("h1", {}, "New sync"),
-    h("p", { class: "muted" }, "Fields left empty take their defaults."),
+    h("h1", {}, id ? `Edit sync ${id}` : "New sync"),
+    h("p", { class: "muted" }, "Fields left empty take their defaults; a secret left empty keeps the stored one."),
     form.element,
-    writeButton("Create sync", null, { type: "submit", id: "create-sync" }));
+    h("div", { class: "actions" },
+      writeButton("Test destination", async () => {
+        const config = value(); if (!config) return;
+        const r = await api("POST", "/api/destinations/test", { destination: config.destination });
+        result.replaceChildren(checks(r));
+      }, { type: "button", class: "secondary", id: "test-destination" }),
+      writeButton(id ? "Save" : "Create sync", null, { type: "submit", id: "create-sync" })));
+  if (id) element.querySelector("input[name=name]").readOnly = true;
   element.addEventListener("submit", async (e) => {
     e.preventDefault();
-    let config;
-    try { config = form.value(); } catch (err) { result.replaceChildren(h("p", { class: "error" }, err.message)); return; }
-    const r = await api("POST", "/api/syncs", config);
+    const config = value(); if (!config) return;
+    const r = id
+      ? await api("PUT", `/api/syncs/${encodeURIComponent(id)}`, config)
+      : await api("POST", "/api/syncs", config);
     if (!r.ok) { result.replaceChildren(h("p", { class: "error", id: "sync-error" }, errorText(r))); return; }
     sessionStorage.removeItem("sluice.sync-sql");
     location.hash = `#/syncs/${encodeURIComponent(r.body.id)}`;
   });
   main.append(element, result);
+}
+
+/** The answer of a Test … button: each check with ✓ or ✗. */
+export function checks(r) {
+  return r.ok
+    ? h("div", { id: "test-result", "data-ok": String(r.body.ok) }, r.body.checks.map((c) => h("p", { class: c.ok ? "" : "error" }, `${c.ok ? "✓" : "✗"} ${c.name}: ${c.message}`)))
+    : h("p", { class: "error" }, errorText(r));
 }
 
 async function oneSync(main, id) {
@@ -84,6 +107,7 @@ async function oneSync(main, id) {
               h("pre", {}, p.body.sample.map((row) => JSON.stringify(row)).join("\n")))
           : h("p", { class: "error" }, errorText(p)));
       } }, "Preview next run"),
+      writeButton("Edit", () => { location.hash = `#/syncs/${encodeURIComponent(id)}/edit`; }, { id: "edit-sync", class: "secondary" }),
       writeButton("Delete", async () => {
         if (!confirm(`Delete sync ${id}?`)) return;
         const d = await api("DELETE", path);
