@@ -25,6 +25,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/streams/s/replay"),
     ("POST", "/api/streams/s/pause"),
     ("POST", "/api/streams/s/resume"),
+    ("POST", "/api/streams/s/compact"),
     ("POST", "/api/sources/test"),
     ("GET", "/api/schema/stream"),
     ("GET", "/api/connections"),

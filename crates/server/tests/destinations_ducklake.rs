@@ -16,7 +16,7 @@ fn extensions() -> String {
     std::env::var("SLUICE_DUCKDB_EXTENSIONS").expect("SLUICE_DUCKDB_EXTENSIONS: run the tests through scripts/test.sh")
 }
 
-fn lake_destination(lake: &Path) -> Value {
+pub fn lake_destination(lake: &Path) -> Value {
     json!({"kind": "ducklake", "catalog": format!("sqlite:{}", lake.join("meta.sqlite").display()),
            "data_path": format!("{}/", lake.join("data").display())})
 }
@@ -58,7 +58,7 @@ async fn written(server: &Server, stream: &str) -> i64 {
     server.get(&format!("/api/streams/{stream}/metrics")).await.1["rows_written"].as_i64().unwrap_or(0)
 }
 
-fn count(lake: &Path, table: &str) -> i64 {
+pub fn count(lake: &Path, table: &str) -> i64 {
     read(lake, &format!("SELECT count(*) FROM \"{table}\""))
         .and_then(|l| l.first().and_then(|n| n.parse().ok()))
         .unwrap_or(0)

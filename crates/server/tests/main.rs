@@ -20,6 +20,7 @@ mod debezium_fidelity;
 mod debezium_real;
 mod destinations;
 mod destinations_ducklake;
+mod destinations_ducklake_upkeep;
 mod destinations_files;
 mod destinations_http;
 mod destinations_mariadb;

@@ -68,6 +68,14 @@ impl DeliverySink {
         let (stage, stream) = (stream.stage, stream.name.as_str());
         let destination: Shared = Arc::new(Mutex::new(open(stream, config, stage, &workspace)?));
         tokio::spawn(tick(stream.to_string(), Arc::downgrade(&destination), metrics.clone()));
+        if let DestinationConfig::Ducklake(lake) = config {
+            // Small-file upkeep beside the writer, while the sink lives.
+            let alive = Arc::downgrade(&destination);
+            let upkeep = crate::ducklake::upkeep(stream.to_string(), lake.clone(), metrics.clone(), move || {
+                alive.strong_count() > 0
+            });
+            tokio::spawn(upkeep);
+        }
         let stamps = !matches!(config, DestinationConfig::Http(_));
         Ok(Self { stream: stream.to_string(), destination, stamps, workspace, push_keys: None, metrics })
     }

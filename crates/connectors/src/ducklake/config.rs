@@ -33,10 +33,50 @@ pub struct DuckLakeConfig {
     /// default `SLUICE_DUCKDB_EXTENSIONS`, else DuckDB's own. Nothing is downloaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extension_directory: Option<PathBuf>,
+    /// Small-file upkeep of the schema's tables, on a schedule and on demand.
+    #[serde(default)]
+    pub compaction: Compaction,
 }
 
 fn default_schema() -> String {
     "main".into()
+}
+
+/// Small-file upkeep: each micro-batch is a Parquet file (and a mirror's deletes delete files),
+/// so a stream leaves many small files. A compaction rewrites files whose rows are much deleted,
+/// merges adjacent small files, expires old snapshots and removes the files nothing reads any
+/// more, on a connection of its own while the stream goes on (each step is a DuckLake commit).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Compaction {
+    /// Seconds between two compactions; 0 compacts only on demand
+    /// (`POST /api/streams/:id/compact`).
+    #[serde(default = "default_every")]
+    pub every_s: u64,
+    /// Seconds of snapshots kept for time travel; older ones expire and their files go.
+    #[serde(default = "default_keep")]
+    pub keep_snapshots_s: u64,
+    /// A file is rewritten without its deleted rows when more than this share of them is deleted.
+    #[serde(default = "default_threshold")]
+    pub delete_threshold: f64,
+}
+
+impl Default for Compaction {
+    fn default() -> Self {
+        Self { every_s: default_every(), keep_snapshots_s: default_keep(), delete_threshold: default_threshold() }
+    }
+}
+
+fn default_every() -> u64 {
+    600
+}
+
+fn default_keep() -> u64 {
+    3600
+}
+
+fn default_threshold() -> f64 {
+    0.2
 }
 
 impl DuckLakeConfig {
@@ -77,6 +117,9 @@ impl DuckLakeConfig {
         }
         if self.schema.trim().is_empty() {
             return Err(Error::config("destination.schema", "must not be empty"));
+        }
+        if !(0.0..=1.0).contains(&self.compaction.delete_threshold) {
+            return Err(Error::config("destination.compaction.delete_threshold", "must be between 0 and 1"));
         }
         Ok(())
     }
@@ -163,6 +206,7 @@ mod tests {
             schema: "main".into(),
             table: String::new(),
             extension_directory: None,
+            compaction: Compaction::default(),
         }
     }
 

@@ -2,7 +2,9 @@
 //! are Parquet files in a folder or on S3, written through DuckDB's `ducklake` extension.
 
 mod config;
+mod maintenance;
 mod target;
 
-pub use config::DuckLakeConfig;
+pub use config::{Compaction, DuckLakeConfig};
+pub use maintenance::{CompactionReport, FileFigures, compact, files, record, upkeep};
 pub use target::DuckLakeTarget;

@@ -5,7 +5,8 @@
 //! appended to a temporary stage table first (DuckDB lets a transaction write temporary tables
 //! beside one attached database), then inserted, merged by key or deleted from there.
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
@@ -21,42 +22,77 @@ use crate::workspace::quote;
 pub struct DuckLakeTarget {
     config: DuckLakeConfig,
     /// The attached lake, kept between writes; dropped after an error.
-    lake: Arc<Mutex<Option<Connection>>>,
+    lake: Lake,
+}
+
+/// A lake's attachment: one per lake in this process, shared by its writers and its upkeep,
+/// so that they take turns instead of meeting as two writers of one catalog (a SQLite catalog
+/// takes one at a time). `None` until used, and again after an error.
+pub(super) type Lake = Arc<Mutex<Option<Connection>>>;
+
+/// The attachment of the lake `config` names, as `config` attaches it, made on first use.
+pub(super) fn shared(config: &DuckLakeConfig) -> Lake {
+    type Attachments = Mutex<HashMap<String, Weak<Mutex<Option<Connection>>>>>;
+    static LAKES: LazyLock<Attachments> = LazyLock::new(Mutex::default);
+    // Everything the attachment is made of (extensions, S3 account, catalog and its password).
+    let key = config.attach_sql();
+    let mut lakes = LAKES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    lakes.retain(|_, lake| lake.strong_count() > 0);
+    if let Some(lake) = lakes.get(&key).and_then(Weak::upgrade) {
+        return lake;
+    }
+    let lake: Lake = Arc::default();
+    lakes.insert(key, Arc::downgrade(&lake));
+    lake
+}
+
+/// Run `work` on the attached lake off the async threads; an error drops the attachment.
+pub(super) async fn on_lake<T, F>(lake: &Lake, config: &DuckLakeConfig, work: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection, &DuckLakeConfig) -> Result<T> + Send + 'static,
+{
+    let (lake, config) = (lake.clone(), config.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut slot = lake.lock().map_err(|_| Error::new(ErrorKind::Fatal, "DuckLake: a write panicked"))?;
+        if slot.is_none() {
+            *slot = Some(attach(&config)?);
+        }
+        let result = work(slot.as_ref().expect("attached just now"), &config);
+        if result.is_err() {
+            *slot = None;
+        }
+        result.map_err(|e| Error::new(e.kind(), config.redact(e.message())))
+    })
+    .await
+    .map_err(|e| Error::new(ErrorKind::Fatal, "DuckLake: a write panicked").with_source(e))?
 }
 
 impl DuckLakeTarget {
     /// A destination for `config` (attaches on use).
     pub fn new(config: DuckLakeConfig) -> Self {
-        Self { config, lake: Arc::new(Mutex::new(None)) }
+        let lake = shared(&config);
+        Self { config, lake }
     }
 
-    /// Run `work` on the attached lake off the async threads; an error drops the connection.
     async fn with_lake<T, F>(&self, work: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection, &DuckLakeConfig) -> Result<T> + Send + 'static,
     {
-        let (lake, config) = (self.lake.clone(), self.config.clone());
-        tokio::task::spawn_blocking(move || {
-            let mut slot = lake.lock().map_err(|_| Error::new(ErrorKind::Fatal, "DuckLake: a write panicked"))?;
-            if slot.is_none() {
-                let conn = Connection::open_in_memory().map_err(lake_error)?;
-                conn.execute_batch("SET memory_limit = '256MB'; SET threads = 2").map_err(lake_error)?;
-                conn.execute_batch(&config.attach_sql()).map_err(|e| {
-                    let e = attach_error(&config, &e);
-                    Error::new(e.kind(), config.redact(e.message()))
-                })?;
-                *slot = Some(conn);
-            }
-            let result = work(slot.as_ref().expect("attached just now"), &config);
-            if result.is_err() {
-                *slot = None;
-            }
-            result.map_err(|e| Error::new(e.kind(), config.redact(e.message())))
-        })
-        .await
-        .map_err(|e| Error::new(ErrorKind::Fatal, "DuckLake: a write panicked").with_source(e))?
+        on_lake(&self.lake, &self.config, work).await
     }
+}
+
+/// A DuckDB of its own (in memory) with the lake attached as `lake`.
+pub(super) fn attach(config: &DuckLakeConfig) -> Result<Connection> {
+    let conn = Connection::open_in_memory().map_err(lake_error)?;
+    conn.execute_batch("SET memory_limit = '256MB'; SET threads = 2").map_err(lake_error)?;
+    conn.execute_batch(&config.attach_sql()).map_err(|e| {
+        let e = attach_error(config, &e);
+        Error::new(e.kind(), config.redact(e.message()))
+    })?;
+    Ok(conn)
 }
 
 #[async_trait]
@@ -274,14 +310,17 @@ fn sql_type(field: &Field) -> Result<String> {
     })
 }
 
-fn lake_error(e: duckdb::Error) -> Error {
+pub(super) fn lake_error(e: duckdb::Error) -> Error {
     let text = e.to_string();
     // A catalog or store that cannot be reached is worth retrying, and so is a commit another
-    // writer of the lake won (two streams creating or updating `sluice_positions` at once);
-    // anything else is not.
+    // writer of the lake won (two streams creating or updating `sluice_positions` at once, a
+    // compaction) or a SQLite catalog another writer holds; anything else is not.
     let kind = if text.contains("IO Error") || text.contains("HTTP") || text.contains("Connection") {
         ErrorKind::Connect
-    } else if text.contains("onflict") || text.contains("TransactionContext Error") {
+    } else if text.contains("onflict")
+        || text.contains("TransactionContext Error")
+        || text.contains("database is locked")
+    {
         ErrorKind::Transient
     } else {
         ErrorKind::Fatal
@@ -304,7 +343,9 @@ fn attach_error(config: &DuckLakeConfig, e: &duckdb::Error) -> Error {
             ),
         );
     }
-    Error::new(ErrorKind::Connect, format!("DuckLake: cannot attach {}: {text}", config.catalog))
+    // A new SQLite catalog that another connection is creating at this moment is busy.
+    let kind = if text.contains("database is locked") { ErrorKind::Transient } else { ErrorKind::Connect };
+    Error::new(kind, format!("DuckLake: cannot attach {}: {text}", config.catalog))
 }
 
 fn arrow_error(e: &arrow::error::ArrowError) -> Error {

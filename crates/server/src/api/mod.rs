@@ -69,6 +69,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/streams/{id}/replay", post(streams::replay))
         .route("/api/streams/{id}/pause", post(streams::pause))
         .route("/api/streams/{id}/resume", post(streams::resume))
+        .route("/api/streams/{id}/compact", post(streams::compact))
         .route("/api/sources/test", post(streams::test))
         .route("/api/schema/{kind}", get(schema::schema))
         .route("/api/connections", get(connections::list).post(connections::create))

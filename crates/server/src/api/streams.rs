@@ -246,3 +246,25 @@ async fn set_paused(state: &AppState, id: &str, paused: bool) -> Result<Json<Val
     let stream = super::running_stream(state, id).await?;
     Ok(Json(describe(&stream)))
 }
+
+/// `POST /api/streams/:id/compact`: compact a DuckLake destination's tables now (rewrite
+/// much-deleted files, merge small ones, expire old snapshots, remove unread files); the
+/// stream goes on meanwhile. 409 for other destinations.
+pub async fn compact(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let stream = super::running_stream(&state, &id).await?;
+    let Some(sluice_connectors::DestinationConfig::Ducklake(lake)) = &stream.config.destination else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("stream '{id}' does not write a DuckLake; only DuckLake destinations are compacted"),
+        ));
+    };
+    let report = sluice_connectors::ducklake::compact(lake).await?;
+    sluice_connectors::ducklake::record(&stream.metrics, &report);
+    state.supervisor.feeds().activity().record(
+        "stream_changed",
+        &id,
+        format!("DuckLake compacted: {} files to {}", report.before.files, report.after.files),
+        json!(report),
+    );
+    Ok(Json(json!(report)))
+}
