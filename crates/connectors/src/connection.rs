@@ -109,7 +109,8 @@ impl ConnectionConfig {
         }
     }
 
-    fn kind(&self) -> &'static str {
+    /// The kind: `postgres`, `mysql`, `kafka` or `aws`.
+    pub fn kind(&self) -> &'static str {
         match self {
             Self::Postgres(_) => "postgres",
             Self::Mysql(_) => "mysql",
@@ -195,14 +196,20 @@ impl ConnectionConfig {
             }
         };
         match (self, user) {
+            // Fields with a default are always given (the default when the connection has
+            // none): a config read into its type holds them, so one the connection did not
+            // give would be stored as the user's own and clash with a later change.
             (Self::Postgres(c), "postgres") | (Self::Mysql(c), "mysql") => {
+                let postgres = user == "postgres";
                 put("host", Some(json!(c.host)));
-                put("port", c.port.map(|p| json!(p)));
+                put("port", Some(json!(c.port.unwrap_or(if postgres { 5432 } else { 3306 }))));
                 put("database", c.database.as_ref().map(|d| json!(d)));
                 put("user", Some(json!(c.user)));
                 put("password", secret(&c.password));
-                put("sslmode", c.sslmode.map(|m| json!(m)));
-                put("sslrootcert", c.sslrootcert.as_ref().map(|p| json!(p)));
+                if postgres {
+                    put("sslmode", Some(json!(c.sslmode.unwrap_or_default())));
+                    put("sslrootcert", c.sslrootcert.as_ref().map(|p| json!(p)));
+                }
             }
             (Self::Kafka(c), "kafka") if place == "source" => {
                 put("brokers", Some(json!(c.brokers)));
@@ -216,6 +223,7 @@ impl ConnectionConfig {
                 }
             }
             (Self::Aws(c), "kinesis") if place == "source" => {
+                refuse_own_endpoint(target.get("endpoint"), place, self.name())?;
                 put("region", c.region.as_ref().map(|r| json!(r)));
                 put("endpoint", c.endpoint.as_ref().map(|e| json!(e)));
                 if let Some(id) = &c.access_key_id {
@@ -230,10 +238,18 @@ impl ConnectionConfig {
                 }
             }
             (Self::Aws(c), "files") if place == "destination" => {
+                let location = target.get("location").and_then(Value::as_str).unwrap_or_default();
+                if !location.starts_with("s3://") {
+                    return Err(Error::config(
+                        "destination.connection",
+                        format!("an aws connection serves s3:// locations, not '{location}'"),
+                    ));
+                }
+                refuse_own_endpoint(target.get("s3").and_then(|s| s.get("endpoint")), place, self.name())?;
                 let mut s3 = Map::new();
                 for (key, value) in [
                     ("endpoint", c.endpoint.as_ref().map(|e| json!(e))),
-                    ("region", c.region.as_ref().map(|r| json!(r))),
+                    ("region", Some(json!(c.region.clone().unwrap_or_else(crate::files::default_region)))),
                     ("access_key_id", c.access_key_id.as_ref().map(|a| json!(a))),
                     ("secret_access_key", secret(&c.secret_access_key)),
                 ] {
@@ -258,6 +274,18 @@ impl ConnectionConfig {
             }
         }
         Ok(out)
+    }
+}
+
+/// An AWS connection's credentials go only where it says: a config that names it cannot send
+/// them to an endpoint of its own.
+fn refuse_own_endpoint(endpoint: Option<&Value>, place: &str, connection: &str) -> Result<()> {
+    match endpoint {
+        Some(v) if !v.is_null() => Err(Error::config(
+            &format!("{place}.connection"),
+            format!("connection '{connection}' holds credentials, so the endpoint is its own; set it there"),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -427,6 +455,34 @@ mod tests {
         strip(&mut stream, &mut secrets, |n| (n == "prod").then(pg));
         assert!(secrets.is_empty(), "{secrets:?}");
         assert_eq!(stream["source"], json!({"type": "postgres", "connection": "prod", "tables": ["public.a"]}));
+    }
+
+    #[test]
+    fn a_config_read_into_its_type_and_stripped_keeps_only_its_own_fields() {
+        let mut stream = json!({"name": "s", "table": "t",
+            "source": {"type": "postgres", "connection": "prod", "tables": ["public.a"]}});
+        fill(&mut stream, |_| Some(pg())).unwrap();
+        let config: crate::StreamConfig = serde_json::from_value(stream).unwrap();
+        let (mut stored, mut secrets) = (serde_json::to_value(&config).unwrap(), config.secrets());
+        strip(&mut stored, &mut secrets, |_| Some(pg()));
+        let own = stored["source"].as_object().unwrap();
+        for given in ["host", "port", "database", "user", "sslmode"] {
+            assert!(!own.contains_key(given), "{given} is the connection's: {stored}");
+        }
+        assert!(secrets.is_empty(), "{secrets:?}");
+    }
+
+    #[test]
+    fn credentials_go_to_the_connections_endpoint_only() {
+        let aws: ConnectionConfig = serde_json::from_value(
+            json!({"kind": "aws", "name": "acct", "access_key_id": "AK", "secret_access_key": "SK"}),
+        )
+        .unwrap();
+        let mut own = json!({"source": {"type": "kinesis", "connection": "acct", "stream": "s",
+                                        "endpoint": "http://attacker.example"}});
+        assert!(fill(&mut own, |_| Some(aws.clone())).unwrap_err().to_string().contains("endpoint"));
+        let mut local = json!({"destination": {"kind": "files", "connection": "acct", "location": "/tmp/x"}});
+        assert!(fill(&mut local, |_| Some(aws.clone())).unwrap_err().to_string().contains("s3://"));
     }
 
     #[test]

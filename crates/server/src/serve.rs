@@ -86,7 +86,12 @@ pub async fn run(
     if let Some(declared) = &declared {
         for connection in &declared.connections {
             let name = connection.name().to_string();
-            connections.save(connection.clone()).await.map_err(|e| format!("connections.{name}: {e}"))?;
+            // A secret left out of the file keeps the stored one, as the API's PUT does.
+            let mut connection = connection.clone();
+            if let Some(stored) = connections.get(&name) {
+                connection.restore_secrets(&stored.secrets());
+            }
+            connections.save(connection).await.map_err(|e| format!("connections.{name}: {e}"))?;
         }
     }
     let supervisor = Supervisor::new(workspace.clone(), connections.clone());
@@ -146,6 +151,8 @@ async fn apply_declared(supervisor: &Supervisor, declared: FileConfig) -> Result
         let name = config.name.clone();
         let given = config.push_key.take();
         let existing = supervisor.get(&name).await;
+        // A stream paused through the API stays paused when the file declares it again.
+        config.paused |= existing.as_ref().is_some_and(|e| e.config.paused);
         let (key_hash, generated) = match (&given, &existing) {
             (Some(key), _) => (keys::hash(key.expose()), None),
             (None, Some(running)) => (running.key_hash.clone(), None),

@@ -150,9 +150,13 @@ impl Supervisor {
                 tracing::error!(stream = %stored.name, error = %e, "Stored stream did not start.");
                 continue;
             }
-            let mut config: StreamConfig = serde_json::from_value(stored.config).map_err(|e| {
-                Error::new(ErrorKind::Config, format!("stored stream '{}' is unreadable", stored.name)).with_source(e)
-            })?;
+            let mut config: StreamConfig = match serde_json::from_value(stored.config) {
+                Ok(config) => config,
+                Err(e) => {
+                    tracing::error!(stream = %stored.name, error = %e, "Stored stream is unreadable; it did not start.");
+                    continue;
+                }
+            };
             config.restore_secrets(&stored.secrets);
             // One stream that cannot start (a TLS file gone, say) does not keep the rest down.
             if let Err(e) = self.start(config, stored.key_hash).await {

@@ -23,7 +23,8 @@ use tokio_util::sync::CancellationToken;
 pub struct SyncEntry {
     /// Its config, secrets included (never serialized).
     pub config: SyncConfig,
-    running: Mutex<()>,
+    /// Held by a run, and by a change of the config (which waits for the run to end).
+    running: Arc<Mutex<()>>,
     schedule: CancellationToken,
 }
 
@@ -82,11 +83,15 @@ impl Syncs {
                 tracing::error!(sync = %stored.name, error = %e, "Stored sync did not load.");
                 continue;
             }
-            let mut config: SyncConfig = serde_json::from_value(stored.config).map_err(|e| {
-                Error::new(ErrorKind::Config, format!("stored sync '{}' is unreadable", stored.name)).with_source(e)
-            })?;
+            let mut config: SyncConfig = match serde_json::from_value(stored.config) {
+                Ok(config) => config,
+                Err(e) => {
+                    tracing::error!(sync = %stored.name, error = %e, "Stored sync is unreadable; it did not load.");
+                    continue;
+                }
+            };
             config.restore_secrets(&stored.secrets);
-            self.install(config).await;
+            self.install(config, Arc::default()).await;
         }
         Ok(())
     }
@@ -117,6 +122,10 @@ impl Syncs {
         let mut secrets = config.secrets();
         self.connections.strip(&mut stored, &mut secrets);
         let previous = self.get(&config.name).await;
+        // A run in progress ends before its config (and its hashes) change; the next run
+        // takes the same lock.
+        let running = previous.as_ref().map(|p| p.running.clone()).unwrap_or_default();
+        let _no_run = running.clone().lock_owned().await;
         self.registry.save_sync(StoredSync { name: config.name.clone(), config: stored, secrets }).await?;
         // A different query, keys or destination makes the old hashes meaningless; a changed
         // password (compared without secrets) does not, or an append sync would send its
@@ -129,12 +138,12 @@ impl Syncs {
         {
             self.planner.reset(&config.name).await?;
         }
-        self.install(config).await;
+        self.install(config, running).await;
         Ok(())
     }
 
-    async fn install(&self, config: SyncConfig) {
-        let entry = Arc::new(SyncEntry { config, running: Mutex::new(()), schedule: CancellationToken::new() });
+    async fn install(&self, config: SyncConfig, running: Arc<Mutex<()>>) {
+        let entry = Arc::new(SyncEntry { config, running, schedule: CancellationToken::new() });
         if entry.config.schedule.is_some() {
             tokio::spawn(schedule_loop(self.clone(), entry.clone()));
         }

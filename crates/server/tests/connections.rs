@@ -114,7 +114,8 @@ async fn one_connection_serves_a_source_a_stream_and_a_sync_and_a_change_reaches
     assert!(body["error"].as_str().unwrap().contains("web"), "{body}");
 
     // Test connection: the stored password is used when left out; a wrong one fails and says so.
-    let probe = json!({"kind": "postgres", "name": "pg", "host": "127.0.0.1", "port": pg.port, "user": "app"});
+    let probe = json!({"kind": "postgres", "name": "pg", "host": "127.0.0.1", "port": pg.port, "user": "app",
+                       "database": "etltest"});
     let (_, tested) = call(&server, Method::POST, "/api/connections/test", probe.clone()).await;
     assert_eq!(tested["ok"], true, "{tested}");
     let mut wrong = probe.clone();
@@ -123,6 +124,27 @@ async fn one_connection_serves_a_source_a_stream_and_a_sync_and_a_change_reaches
     let (_, tested) = call(&server, Method::POST, "/api/connections/test", wrong).await;
     assert_eq!(tested["ok"], false, "{tested}");
     assert!(tested["checks"][0]["message"].as_str().unwrap().contains("password"), "{tested}");
+
+    // A change a user cannot take is refused whole (the sync and the push stream need a
+    // database), and a connection keeps its kind.
+    let (status, body) = call(
+        &server,
+        Method::PUT,
+        "/api/connections/pg",
+        json!({"kind": "postgres", "host": "127.0.0.1", "port": pg.port, "user": "app"}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("sync 'back'"), "{body}");
+    assert_eq!(server.get("/api/connections/pg").await.1["config"]["database"], "etltest", "nothing changed");
+    let (status, _) =
+        call(&server, Method::PUT, "/api/connections/pg", json!({"kind": "mysql", "host": "h", "user": "u"})).await;
+    assert_eq!(status, 409);
+    // The stored password is not lent to a host the request chose.
+    let elsewhere = json!({"kind": "postgres", "name": "pg", "host": "127.0.0.2", "port": pg.port, "user": "app",
+                           "database": "etltest"});
+    let (_, tested) = call(&server, Method::POST, "/api/connections/test", elsewhere).await;
+    assert_eq!(tested["ok"], false, "{tested}");
 
     // The password rotates and the rows move to another database: one change to the connection.
     pg.admin("ALTER USER app PASSWORD 'rotated-secret'");

@@ -103,6 +103,8 @@ async fn the_page_from_login_to_lineage_and_a_viewer_refused() {
 
     // Send the results to a SQLite sync, run it, and see it succeed.
     browser.click("#send-results").await;
+    // The form is built once the sync config's schema has come.
+    browser.find("#new-sync textarea[name=query]").await;
     let query =
         browser.script("return document.querySelector('#new-sync textarea[name=query]').value", json!([])).await;
     assert_eq!(query, sql);

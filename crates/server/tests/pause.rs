@@ -65,3 +65,19 @@ async fn a_paused_stream_refuses_pushes_stays_paused_across_a_restart_and_resume
     assert_eq!(state(&server).await, "running");
     assert_eq!(post(&server, "/api/streams/nothing/pause").await.0, 404);
 }
+
+/// A stream declared in the config file and paused through the API stays paused when the
+/// server starts again with the same file.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_declared_stream_paused_through_the_api_stays_paused_across_a_restart() {
+    let dir = DataDir::new("pause-declared");
+    let file = dir.0.join("sluice.yaml");
+    std::fs::write(&file, "streams:\n  - name: p\n    table: declared\n    push_key: a-push-key-of-sixteen-chars\n")
+        .unwrap();
+    let server = Server::start_with(&dir.0, &["--config", file.to_str().unwrap()]).await;
+    assert_eq!(post(&server, "/api/streams/p/pause").await.0, 200);
+    server.stop();
+    let server = Server::start_with(&dir.0, &["--config", file.to_str().unwrap()]).await;
+    assert_eq!(state(&server).await, "paused");
+    assert_eq!(server.push("p", "a-push-key-of-sixteen-chars", r#"{"n": 1}"#).await.0, 503);
+}

@@ -11,6 +11,7 @@ mod store;
 mod stream;
 mod target;
 
+pub(crate) use config::default_region;
 pub use config::{AzureConfig, Compression, FileFormat, FilesConfig, Rotate, S3Config};
 pub use stream::FilesStream;
 pub use target::FilesTarget;

@@ -9,7 +9,10 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
+use sluice_connectors::workspace::{StoredStream, StoredSync};
 use sluice_connectors::{ConnectionConfig, DestinationConfig, StreamConfig, SyncConfig, connections_named_in};
+
+use crate::connections::Connections;
 
 use super::{ApiError, AppState};
 
@@ -21,22 +24,60 @@ fn no_connection(name: &str) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, format!("no connection named '{name}'"))
 }
 
-/// The streams and syncs that name `name`.
+/// The streams and syncs that name `name`, as stored: a stream that could not start is a user
+/// too.
+async fn stored_users(state: &AppState, name: &str) -> Result<(Vec<StoredStream>, Vec<StoredSync>), ApiError> {
+    let names = |config: &Value| connections_named_in(config).iter().any(|n| n == name);
+    let registry = state.supervisor.workspace().registry();
+    let streams = registry.streams().await?.into_iter().filter(|s| names(&s.config)).collect();
+    let syncs = registry.syncs().await?.into_iter().filter(|s| names(&s.config)).collect();
+    Ok((streams, syncs))
+}
+
 async fn users(state: &AppState, name: &str) -> (BTreeSet<String>, BTreeSet<String>) {
-    let names = |config: Value| connections_named_in(&config).iter().any(|n| n == name);
-    let mut streams = BTreeSet::new();
-    for s in state.supervisor.list().await {
-        if names(serde_json::to_value(&s.config).unwrap_or_default()) {
-            streams.insert(s.config.name.clone());
+    match stored_users(state, name).await {
+        Ok((streams, syncs)) => {
+            (streams.into_iter().map(|s| s.name).collect(), syncs.into_iter().map(|s| s.name).collect())
+        }
+        Err(_) => (BTreeSet::new(), BTreeSet::new()),
+    }
+}
+
+/// Whether every stored user of `name` still reads as a valid config with `new` filled in;
+/// the ones that do not, each with why.
+fn refusals(
+    connections: &Connections,
+    new: &ConnectionConfig,
+    streams: &[StoredStream],
+    syncs: &[StoredSync],
+) -> Vec<String> {
+    let lookup = |n: &str| if n == new.name() { Some(new.clone()) } else { connections.get(n) };
+    let mut refused = Vec::new();
+    for s in streams {
+        let mut config = s.config.clone();
+        let checked = sluice_connectors::fill_connections(&mut config, lookup).and_then(|()| {
+            let mut c: StreamConfig = serde_json::from_value(config)
+                .map_err(|e| sluice_core::Error::new(sluice_core::ErrorKind::Config, e.to_string()))?;
+            c.restore_secrets(&s.secrets);
+            c.validate()
+        });
+        if let Err(e) = checked {
+            refused.push(format!("stream '{}': {e}", s.name));
         }
     }
-    let mut syncs = BTreeSet::new();
-    for s in state.syncs.list().await {
-        if names(serde_json::to_value(&s.config).unwrap_or_default()) {
-            syncs.insert(s.config.name.clone());
+    for s in syncs {
+        let mut config = s.config.clone();
+        let checked = sluice_connectors::fill_connections(&mut config, lookup).and_then(|()| {
+            let mut c: SyncConfig = serde_json::from_value(config)
+                .map_err(|e| sluice_core::Error::new(sluice_core::ErrorKind::Config, e.to_string()))?;
+            c.restore_secrets(&s.secrets);
+            c.validate()
+        });
+        if let Err(e) = checked {
+            refused.push(format!("sync '{}': {e}", s.name));
         }
     }
-    (streams, syncs)
+    refused
 }
 
 async fn describe(state: &AppState, config: &ConnectionConfig) -> Value {
@@ -94,10 +135,31 @@ pub async fn replace(
     let _changing = state.supervisor.lock_changes().await;
     let connections = state.supervisor.connections().clone();
     let old = connections.get(&name).ok_or_else(|| no_connection(&name))?;
+    if old.kind() != config.kind() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "kind: connection '{name}' is a {} connection; create a new one for a {}",
+                old.kind(),
+                config.kind()
+            ),
+        ));
+    }
     config.restore_secrets(&old.secrets());
     config.validate()?;
+    // All or nothing: every stream and sync that names it must still read as a valid config.
+    let (stored_streams, stored_syncs) = stored_users(&state, &name).await?;
+    let refused = refusals(&connections, &config, &stored_streams, &stored_syncs);
+    if !refused.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("connection '{name}' was not changed: {}", refused.join("; ")),
+        )
+        .with_details(json!({ "refused": refused })));
+    }
     connections.save(config.clone()).await?;
-    let (streams, syncs) = users(&state, &name).await;
+    let streams: Vec<String> = stored_streams.into_iter().map(|s| s.name).collect();
+    let syncs: Vec<String> = stored_syncs.into_iter().map(|s| s.name).collect();
     let mut failed = Vec::new();
     for stream in &streams {
         let (connections, old, name) = (connections.clone(), old.clone(), name.clone());
@@ -174,7 +236,11 @@ pub async fn test(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let mut config = parse(body?.0)?;
-    if let Some(stored) = state.supervisor.connections().get(config.name()) {
+    // The stored secrets stand in for ones left out only when everything else is the stored
+    // connection's: they never go to a host or endpoint the request chose.
+    if let Some(stored) = state.supervisor.connections().get(config.name())
+        && serde_json::to_value(&stored).ok() == serde_json::to_value(&config).ok()
+    {
         config.restore_secrets(&stored.secrets());
     }
     let checks = sluice_connectors::test_connection(&config).await;

@@ -70,6 +70,8 @@ pub async fn create(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let mut body = body?.0;
+    // Connections change under this lock: a sync cannot name one that is going away.
+    let _changing = state.supervisor.lock_changes().await;
     state.syncs.connections().fill(&mut body)?;
     let config = parse(body)?;
     if state.syncs.get(&config.name).await.is_some() {
@@ -98,6 +100,7 @@ pub async fn replace(
     if let Some(map) = body.as_object_mut() {
         map.entry("name").or_insert(Value::String(id.clone()));
     }
+    let _changing = state.supervisor.lock_changes().await;
     let connections = state.syncs.connections();
     connections.fill(&mut body)?;
     let mut config = parse_unchecked(body)?;

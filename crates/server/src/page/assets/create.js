@@ -16,7 +16,8 @@ export async function render(main, [id]) {
     existing = r.body.config;
   }
   const result = h("div", { id: "create-result" });
-  const form = schemaForm(schema.body, existing || { source: { type: "http_push" } });
+  // An edit is a merge patch: a field emptied is sent as null, which removes it.
+  const form = schemaForm(schema.body, existing || { source: { type: "http_push" } }, { clear: !!existing });
   const value = () => {
     try { return form.value(); } catch (err) { result.replaceChildren(h("p", { class: "error" }, err.message)); return null; }
   };

@@ -6,16 +6,19 @@
 // variant's fields, enums a select, booleans a checkbox, numbers a number input, secrets
 // (`writeOnly`) a password input, lists of strings one item per line, anything else JSON. Each
 // input is named by its path (`source.brokers`, `destination.kind`). value() leaves out what
-// was left empty, so the server's defaults apply and a stored secret stays.
+// was left empty, so the server's defaults apply and a stored secret stays; with
+// `{ clear: true }` (an edit sent as a merge patch) a field that had a value and was emptied is
+// sent as null, which removes it.
 
 import { h } from "/ui/app.js";
 
-export function schemaForm(schema, value = {}) {
+export function schemaForm(schema, value = {}, { clear = false } = {}) {
   const defs = schema.$defs || {};
   const resolve = (s) => {
     while (s && s.$ref) s = { ...defs[s.$ref.replace("#/$defs/", "")], description: s.description ?? defs[s.$ref.replace("#/$defs/", "")]?.description, default: s.default };
     return s || {};
   };
+  resolve.clear = clear;
   const field = build(schema, value, "", resolve, true);
   return { element: field.element, value: () => field.get() ?? {} };
 }
@@ -55,10 +58,12 @@ function build(raw, value, path, resolve, top = false) {
   if (tagged) return taggedField(s, tagged, value, path, resolve, optional || (raw.anyOf || []).some((o) => o.type === "null"));
   const enumerated = choices(s);
   if (enumerated) {
+    // Left at "(default)", nothing is sent and the server's default applies.
+    const none = s.default !== undefined ? `(default: ${s.default})` : optional ? "(none)" : null;
     const select = h("select", { name: path },
-      optional || s.default === undefined ? h("option", { value: "" }, "(default)") : null,
+      none ? h("option", { value: "" }, none) : null,
       enumerated.map((c) => h("option", { value: c }, String(c))));
-    select.value = value ?? s.default ?? "";
+    select.value = value ?? (none ? "" : enumerated[0]);
     return labelled(name, s, select, () => select.value === "" ? undefined : select.value);
   }
   const type = Array.isArray(s.type) ? s.type.find((t) => t !== "null") : s.type;
@@ -70,7 +75,11 @@ function build(raw, value, path, resolve, top = false) {
       : h("fieldset", { "data-path": path }, h("legend", {}, name), help(s), fields.map(([, f]) => f.element));
     return { element, get: () => {
       const out = {};
-      for (const [k, f] of fields) { const v = f.get(); if (v !== undefined) out[k] = v; }
+      for (const [k, f] of fields) {
+        const v = f.get();
+        if (v !== undefined) out[k] = v;
+        else if (resolve.clear && value?.[k] !== undefined && value?.[k] !== null) out[k] = null;
+      }
       return Object.keys(out).length || top ? out : undefined;
     } };
   }
@@ -89,7 +98,7 @@ function build(raw, value, path, resolve, top = false) {
   if (type === "array" && resolve(s.items).type === "string") {
     const area = h("textarea", { name: path, rows: 2, placeholder: "one per line" }, (value || []).join("\n"));
     return labelled(name, s, area, () => {
-      const items = area.value.split(/\n|,/).map((x) => x.trim()).filter(Boolean);
+      const items = area.value.split("\n").map((x) => x.trim()).filter(Boolean);
       return items.length ? items : undefined;
     });
   }
