@@ -23,7 +23,7 @@ pub fn lake_destination(lake: &Path) -> Value {
 
 /// The rows of `sql` on the lake as `|`-joined values (NULL as `-`), read by Python's duckdb;
 /// `None` while the lake cannot be read (not made yet, or its catalog busy).
-fn read(lake: &Path, sql: &str) -> Option<Vec<String>> {
+pub fn read(lake: &Path, sql: &str) -> Option<Vec<String>> {
     let script = format!(
         "import duckdb, os, sys\n\
          meta = {meta:?}\n\

@@ -40,7 +40,7 @@ pub struct CompactionReport {
     pub ms: u64,
 }
 
-/// Rewrite much-deleted files, merge adjacent small ones, expire snapshots older than
+/// Write inlined rows out, rewrite much-deleted files, merge adjacent small ones, expire snapshots older than
 /// `compaction.keep_snapshots_s` and remove the files only they read. Each step takes the
 /// lake's attachment in turn with the stream's writes, so a write waits one step at most.
 pub async fn compact(config: &DuckLakeConfig) -> Result<CompactionReport> {
@@ -50,6 +50,10 @@ pub async fn compact(config: &DuckLakeConfig) -> Result<CompactionReport> {
     let schema = literal(&config.schema);
     for table in step(&lake, config, |c, cfg| tables(c, &cfg.schema)).await? {
         let table = literal(&table);
+        // Small inserts DuckLake kept in its catalog (inlined data) go to a Parquet file first.
+        let flush =
+            format!("CALL ducklake_flush_inlined_data('lake', table_name => '{table}', schema_name => '{schema}')");
+        step(&lake, config, move |c, _| rows(c, &flush)).await?;
         let threshold = config.compaction.delete_threshold;
         let rewrite = format!(
             "CALL ducklake_rewrite_data_files('lake', '{table}', schema => '{schema}', delete_threshold => {threshold})"
@@ -176,11 +180,23 @@ fn figures(conn: &Connection, schema: &str) -> Result<FileFigures> {
 
 /// Rows a `CALL` answers.
 fn rows(conn: &Connection, sql: &str) -> Result<u64> {
-    let mut statement = conn.prepare(sql).map_err(lake_error)?;
-    let mut rows = statement.query([]).map_err(lake_error)?;
-    let mut n = 0;
-    while rows.next().map_err(lake_error)?.is_some() {
-        n += 1;
+    // In a transaction of its own, read to the end before it commits (DuckLake does not scan
+    // after its transaction ended).
+    conn.execute_batch("BEGIN TRANSACTION").map_err(lake_error)?;
+    let counted = (|| {
+        let mut statement = conn.prepare(sql).map_err(lake_error)?;
+        let mut rows = statement.query([]).map_err(lake_error)?;
+        let mut n = 0;
+        while rows.next().map_err(lake_error)?.is_some() {
+            n += 1;
+        }
+        Ok(n)
+    })();
+    match counted {
+        Ok(n) => conn.execute_batch("COMMIT").map(|()| n).map_err(lake_error),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
     }
-    Ok(n)
 }

@@ -197,7 +197,8 @@ fn apply(conn: &Connection, config: &DuckLakeConfig, delivery: &Delivery) -> Res
             .map_err(lake_error)?;
     } else {
         for field in delivery.schema.fields() {
-            let sql = match existing.iter().find(|(c, _)| c == field.name()) {
+            // DuckDB matches names without regard to case: `Name` is the column `name`.
+            let sql = match existing.iter().find(|(c, _)| c.eq_ignore_ascii_case(field.name())) {
                 None => format!("ALTER TABLE {table} ADD COLUMN {} {}", quote(field.name()), sql_type(field)?),
                 // Integers that now get fractions (the decoder widened the column): DuckLake
                 // promotes the column's type in place, as the workspace does.
@@ -264,12 +265,13 @@ fn stage(conn: &Connection, name: &str, schema: &Arc<Schema>, rows: &[RecordBatc
     appender.flush().map_err(lake_error)
 }
 
-/// The columns of `schema.table` in the lake with their types; empty when it does not exist.
+/// The columns of `schema.table` in the lake with their types (names matched without regard to
+/// case, as DuckDB does); empty when it does not exist.
 fn existing_columns(conn: &Connection, schema: &str, table: &str) -> Result<Vec<(String, String)>> {
     let mut statement = conn
         .prepare(
             "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = 'lake' \
-             AND schema_name = ? AND table_name = ? ORDER BY column_index",
+             AND lower(schema_name) = lower(?) AND lower(table_name) = lower(?) ORDER BY column_index",
         )
         .map_err(lake_error)?;
     let rows = statement
@@ -343,8 +345,15 @@ fn attach_error(config: &DuckLakeConfig, e: &duckdb::Error) -> Error {
             ),
         );
     }
-    // A new SQLite catalog that another connection is creating at this moment is busy.
-    let kind = if text.contains("database is locked") { ErrorKind::Transient } else { ErrorKind::Connect };
+    // A new SQLite catalog that another connection is creating at this moment is busy; a
+    // refused login is the config's to fix, not a server to wait for.
+    let kind = if text.contains("database is locked") {
+        ErrorKind::Transient
+    } else if text.contains("password authentication failed") || text.contains("no password supplied") {
+        ErrorKind::Config
+    } else {
+        ErrorKind::Connect
+    };
     Error::new(kind, format!("DuckLake: cannot attach {}: {text}", config.catalog))
 }
 
