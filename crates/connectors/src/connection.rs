@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use sluice_core::secret::{keep, restore};
 use sluice_core::{Error, ErrorKind, Result, Secret};
 
 use crate::kafka::{SaslConfig, TlsConfig};
@@ -143,17 +144,12 @@ impl ConnectionConfig {
     /// The secrets, by field path, to keep apart from the stored config.
     pub fn secrets(&self) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
-        let mut keep = |path: &str, secret: Option<&Secret>| {
-            if let Some(s) = secret {
-                out.insert(path.to_string(), s.expose().to_string());
-            }
-        };
         match self {
-            Self::Postgres(c) | Self::Mysql(c) => keep("password", c.password.as_ref()),
-            Self::Kafka(c) => keep("sasl.password", c.sasl.as_ref().and_then(|s| s.password.as_ref())),
+            Self::Postgres(c) | Self::Mysql(c) => keep(&mut out, "password", c.password.as_ref()),
+            Self::Kafka(c) => keep(&mut out, "sasl.password", c.sasl.as_ref().and_then(|s| s.password.as_ref())),
             Self::Aws(c) => {
-                keep("secret_access_key", c.secret_access_key.as_ref());
-                keep("session_token", c.session_token.as_ref());
+                keep(&mut out, "secret_access_key", c.secret_access_key.as_ref());
+                keep(&mut out, "session_token", c.session_token.as_ref());
             }
         }
         out
@@ -161,23 +157,16 @@ impl ConnectionConfig {
 
     /// Put back the stored secrets a config read from storage (or sent without them) lacks.
     pub fn restore_secrets(&mut self, secrets: &BTreeMap<String, String>) {
-        let restore = |slot: &mut Option<Secret>, path: &str| {
-            if slot.is_none()
-                && let Some(s) = secrets.get(path)
-            {
-                *slot = Some(Secret::new(s.clone()));
-            }
-        };
         match self {
-            Self::Postgres(c) | Self::Mysql(c) => restore(&mut c.password, "password"),
+            Self::Postgres(c) | Self::Mysql(c) => restore(&mut c.password, secrets, "password"),
             Self::Kafka(c) => {
                 if let Some(sasl) = c.sasl.as_mut() {
-                    restore(&mut sasl.password, "sasl.password");
+                    restore(&mut sasl.password, secrets, "sasl.password");
                 }
             }
             Self::Aws(c) => {
-                restore(&mut c.secret_access_key, "secret_access_key");
-                restore(&mut c.session_token, "session_token");
+                restore(&mut c.secret_access_key, secrets, "secret_access_key");
+                restore(&mut c.session_token, secrets, "session_token");
             }
         }
     }

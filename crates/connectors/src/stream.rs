@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use sluice_core::secret::{keep, restore};
 use sluice_core::{
     ChangeConfig, FlushConfig, Format, MetadataConfig, Mode, Position, Result, Secret, Source, StreamMetrics,
     error::Error, secret::REDACTED,
@@ -170,14 +171,9 @@ impl StreamConfig {
     /// the serialized config, which never contains them.
     pub fn secrets(&self) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
-        let mut keep = |path: &str, secret: Option<&Secret>| {
-            if let Some(s) = secret {
-                out.insert(path.to_string(), s.expose().to_string());
-            }
-        };
         match &self.source {
             SourceConfig::Kafka(kafka) => {
-                keep("source.sasl.password", kafka.sasl.as_ref().and_then(|s| s.password.as_ref()));
+                keep(&mut out, "source.sasl.password", kafka.sasl.as_ref().and_then(|s| s.password.as_ref()));
                 for (name, value) in &kafka.properties {
                     if is_secret_property(name) && value != REDACTED {
                         out.insert(format!("source.properties.{name}"), value.clone());
@@ -186,10 +182,14 @@ impl StreamConfig {
             }
             SourceConfig::Kinesis(kinesis) => {
                 let credentials = kinesis.credentials.as_ref();
-                keep("source.credentials.secret_access_key", credentials.and_then(|c| c.secret_access_key.as_ref()));
-                keep("source.credentials.session_token", credentials.and_then(|c| c.session_token.as_ref()));
+                keep(
+                    &mut out,
+                    "source.credentials.secret_access_key",
+                    credentials.and_then(|c| c.secret_access_key.as_ref()),
+                );
+                keep(&mut out, "source.credentials.session_token", credentials.and_then(|c| c.session_token.as_ref()));
             }
-            SourceConfig::Postgres(pg) => keep("source.password", pg.password.as_ref()),
+            SourceConfig::Postgres(pg) => keep(&mut out, "source.password", pg.password.as_ref()),
             SourceConfig::HttpPush(_) => {}
         }
         if let Some(destination) = &self.destination {
@@ -201,17 +201,10 @@ impl StreamConfig {
     /// Put secrets back where [`StreamConfig::secrets`] found them, unless the config already
     /// carries a new value.
     pub fn restore_secrets(&mut self, secrets: &BTreeMap<String, String>) {
-        let restore = |slot: &mut Option<Secret>, path: &str| {
-            if slot.is_none()
-                && let Some(s) = secrets.get(path)
-            {
-                *slot = Some(Secret::new(s.clone()));
-            }
-        };
         match &mut self.source {
             SourceConfig::Kafka(kafka) => {
                 if let Some(sasl) = kafka.sasl.as_mut() {
-                    restore(&mut sasl.password, "source.sasl.password");
+                    restore(&mut sasl.password, secrets, "source.sasl.password");
                 }
                 // A secret property shows as `***`; sent back so, it keeps the stored value.
                 for (name, value) in kafka.properties.iter_mut() {
@@ -224,11 +217,11 @@ impl StreamConfig {
             }
             SourceConfig::Kinesis(kinesis) => {
                 if let Some(c) = kinesis.credentials.as_mut() {
-                    restore(&mut c.secret_access_key, "source.credentials.secret_access_key");
-                    restore(&mut c.session_token, "source.credentials.session_token");
+                    restore(&mut c.secret_access_key, secrets, "source.credentials.secret_access_key");
+                    restore(&mut c.session_token, secrets, "source.credentials.session_token");
                 }
             }
-            SourceConfig::Postgres(pg) => restore(&mut pg.password, "source.password"),
+            SourceConfig::Postgres(pg) => restore(&mut pg.password, secrets, "source.password"),
             SourceConfig::HttpPush(_) => {}
         }
         if let Some(destination) = self.destination.as_mut() {

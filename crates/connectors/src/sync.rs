@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
 use serde::{Deserialize, Serialize};
-use sluice_core::secret::REDACTED;
+use sluice_core::secret::{REDACTED, keep, restore};
 use sluice_core::{Destination, Error, Result, Secret, SyncMode};
 
 use crate::ducklake::{DuckLakeConfig, DuckLakeTarget};
@@ -155,33 +155,30 @@ impl DestinationConfig {
     /// The secrets inside the destination, by field path (`destination.password`, …).
     pub fn secrets(&self) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
-        let mut keep = |path: String, secret: Option<&Secret>| {
-            if let Some(s) = secret {
-                out.insert(path, s.expose().to_string());
-            }
-        };
         match self {
-            Self::Postgres(c) => keep("destination.password".into(), c.password.as_ref()),
-            Self::Mysql(c) => keep("destination.password".into(), c.password.as_ref()),
+            Self::Postgres(c) => keep(&mut out, "destination.password", c.password.as_ref()),
+            Self::Mysql(c) => keep(&mut out, "destination.password", c.password.as_ref()),
             Self::Sqlite(_) => {}
             Self::Ducklake(c) => {
-                keep("destination.catalog_password".into(), c.catalog_password.as_ref());
+                keep(&mut out, "destination.catalog_password", c.catalog_password.as_ref());
                 keep(
-                    "destination.s3.secret_access_key".into(),
+                    &mut out,
+                    "destination.s3.secret_access_key",
                     c.s3.as_ref().and_then(|s| s.secret_access_key.as_ref()),
                 );
             }
             Self::Files(c) => {
                 keep(
-                    "destination.s3.secret_access_key".into(),
+                    &mut out,
+                    "destination.s3.secret_access_key",
                     c.s3.as_ref().and_then(|s| s.secret_access_key.as_ref()),
                 );
-                keep("destination.azure.access_key".into(), c.azure.as_ref().and_then(|a| a.access_key.as_ref()));
-                keep("destination.gcs.token".into(), c.gcs.as_ref().and_then(|g| g.token.as_ref()));
+                keep(&mut out, "destination.azure.access_key", c.azure.as_ref().and_then(|a| a.access_key.as_ref()));
+                keep(&mut out, "destination.gcs.token", c.gcs.as_ref().and_then(|g| g.token.as_ref()));
             }
             Self::Http(c) => {
                 for (name, value) in &c.headers {
-                    keep(format!("destination.headers.{name}"), Some(value));
+                    keep(&mut out, &format!("destination.headers.{name}"), Some(value));
                 }
                 for (path, url) in [
                     ("destination.url.password", Some(&c.url)),
@@ -198,32 +195,25 @@ impl DestinationConfig {
 
     /// Put secrets back where [`DestinationConfig::secrets`] found them, unless already set.
     pub fn restore_secrets(&mut self, secrets: &BTreeMap<String, String>) {
-        let restore = |slot: &mut Option<Secret>, path: &str| {
-            if slot.is_none()
-                && let Some(s) = secrets.get(path)
-            {
-                *slot = Some(Secret::new(s.clone()));
-            }
-        };
         match self {
-            Self::Postgres(c) => restore(&mut c.password, "destination.password"),
-            Self::Mysql(c) => restore(&mut c.password, "destination.password"),
+            Self::Postgres(c) => restore(&mut c.password, secrets, "destination.password"),
+            Self::Mysql(c) => restore(&mut c.password, secrets, "destination.password"),
             Self::Sqlite(_) => {}
             Self::Ducklake(c) => {
-                restore(&mut c.catalog_password, "destination.catalog_password");
+                restore(&mut c.catalog_password, secrets, "destination.catalog_password");
                 if let Some(s3) = &mut c.s3 {
-                    restore(&mut s3.secret_access_key, "destination.s3.secret_access_key");
+                    restore(&mut s3.secret_access_key, secrets, "destination.s3.secret_access_key");
                 }
             }
             Self::Files(c) => {
                 if let Some(s3) = &mut c.s3 {
-                    restore(&mut s3.secret_access_key, "destination.s3.secret_access_key");
+                    restore(&mut s3.secret_access_key, secrets, "destination.s3.secret_access_key");
                 }
                 if let Some(azure) = &mut c.azure {
-                    restore(&mut azure.access_key, "destination.azure.access_key");
+                    restore(&mut azure.access_key, secrets, "destination.azure.access_key");
                 }
                 if let Some(gcs) = &mut c.gcs {
-                    restore(&mut gcs.token, "destination.gcs.token");
+                    restore(&mut gcs.token, secrets, "destination.gcs.token");
                 }
             }
             Self::Http(c) => {

@@ -47,3 +47,20 @@ impl<'de> Deserialize<'de> for Secret {
         String::deserialize(deserializer).map(Secret)
     }
 }
+
+/// Put `secret` (if any) into `out` at `path`: the secrets a config keeps apart, by field path.
+pub fn keep(out: &mut std::collections::BTreeMap<String, String>, path: &str, secret: Option<&Secret>) {
+    if let Some(s) = secret {
+        out.insert(path.to_string(), s.expose().to_string());
+    }
+}
+
+/// Put back into `slot` the secret `secrets` keeps at `path`, when `slot` has none (a config
+/// read from storage, or sent without it).
+pub fn restore(slot: &mut Option<Secret>, secrets: &std::collections::BTreeMap<String, String>, path: &str) {
+    if slot.is_none()
+        && let Some(s) = secrets.get(path)
+    {
+        *slot = Some(Secret::new(s.clone()));
+    }
+}

@@ -202,6 +202,19 @@ impl Server {
         record
     }
 
+    /// A client with a new API token of `role`, made by the admin.
+    pub async fn client_of(&self, role: &str) -> reqwest::Client {
+        let r = self
+            .http
+            .post(self.url("/api/tokens"))
+            .json(&json!({"name": format!("{role} client"), "role": role}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        client_with_token(r.json::<Value>().await.unwrap()["token"].as_str().unwrap())
+    }
+
     pub async fn count(&self, table: &str) -> i64 {
         let rows = self.sql(&format!("SELECT count(*) AS n FROM \"{table}\"")).await;
         rows[0]["n"].as_i64().unwrap()

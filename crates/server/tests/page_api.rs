@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{DataDir, Server, client_with_token, wait_until};
+use crate::harness::{DataDir, Server, wait_until};
 
 /// A live feed read by a test: events as (kind, data).
 pub struct Feed {
@@ -263,14 +263,7 @@ async fn the_page_is_served_and_viewers_read_but_do_not_write() {
         assert_eq!(open.get(server.url(path)).send().await.unwrap().status(), 401, "{path}");
     }
 
-    let r = server
-        .http
-        .post(server.url("/api/tokens"))
-        .json(&json!({"name": "watcher", "role": "viewer"}))
-        .send()
-        .await
-        .unwrap();
-    let viewer = client_with_token(r.json::<Value>().await.unwrap()["token"].as_str().unwrap());
+    let viewer = server.client_of("viewer").await;
     for path in
         ["/api/activity?recent", "/api/streams/seen/schema", "/api/lineage", "/api/streams/seen/metrics/history"]
     {

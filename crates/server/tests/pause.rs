@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::{DataDir, Server, client_with_token, wait_until};
+use crate::harness::{DataDir, Server, wait_until};
 
 async fn post(server: &Server, path: &str) -> (u16, Value) {
     let r = server.http.post(server.url(path)).send().await.unwrap();
@@ -34,14 +34,7 @@ async fn a_paused_stream_refuses_pushes_stays_paused_across_a_restart_and_resume
     let message = r.json::<Value>().await.unwrap()["error"].as_str().unwrap_or_default().to_string();
     assert!(message.contains("paused") && message.contains("/api/streams/p/resume"), "{message}");
     // A viewer sees the state but may not change it.
-    let r = server
-        .http
-        .post(server.url("/api/tokens"))
-        .json(&json!({"name": "watcher", "role": "viewer"}))
-        .send()
-        .await
-        .unwrap();
-    let viewer = client_with_token(r.json::<Value>().await.unwrap()["token"].as_str().unwrap());
+    let viewer = server.client_of("viewer").await;
     assert_eq!(viewer.post(server.url("/api/streams/p/resume")).send().await.unwrap().status(), 403);
     let listed = viewer.get(server.url("/api/streams")).send().await.unwrap().json::<Value>().await.unwrap();
     assert_eq!(listed["streams"][0]["metrics"]["state"], "paused", "{listed}");
