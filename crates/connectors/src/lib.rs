@@ -8,6 +8,7 @@ pub mod http_api;
 pub mod http_push;
 pub mod kafka;
 pub mod kinesis;
+mod lakehouse;
 mod local_files;
 pub mod mysql;
 pub mod postgres;

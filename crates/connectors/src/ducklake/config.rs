@@ -3,8 +3,11 @@
 
 use std::path::PathBuf;
 
+use duckdb::Connection;
 use serde::{Deserialize, Serialize};
-use sluice_core::{Error, Result, Secret};
+use sluice_core::{Error, Result, Secret, Stamp};
+
+use crate::lakehouse::{Lakehouse, existing_columns, lake_error};
 
 use crate::files::S3Config;
 
@@ -126,7 +129,7 @@ impl DuckLakeConfig {
 
     /// `message` with the secrets this config holds replaced by `***` (DuckDB's Postgres scanner
     /// puts the whole connection string in its errors).
-    pub(super) fn redact(&self, message: &str) -> String {
+    fn redact_secrets(&self, message: &str) -> String {
         let secrets = [self.catalog_password.as_ref(), self.s3.as_ref().and_then(|s| s.secret_access_key.as_ref())];
         let mut out = message.to_string();
         for secret in secrets.into_iter().flatten().map(Secret::expose).filter(|s| !s.is_empty()) {
@@ -139,15 +142,10 @@ impl DuckLakeConfig {
         out
     }
 
-    /// The extension folder to load from.
-    pub(super) fn extensions(&self) -> Option<PathBuf> {
-        self.extension_directory.clone().or_else(|| std::env::var_os("SLUICE_DUCKDB_EXTENSIONS").map(PathBuf::from))
-    }
-
     /// The statements that make `lake` this DuckLake on a new connection.
-    pub(super) fn attach_sql(&self) -> String {
+    fn attach_statements(&self) -> String {
         let mut sql = String::from("SET autoinstall_known_extensions = false; SET autoload_known_extensions = false; ");
-        if let Some(dir) = self.extensions() {
+        if let Some(dir) = extension_dir(&self.extension_directory) {
             sql.push_str(&format!("SET extension_directory = '{}'; ", literal(&dir.display().to_string())));
         }
         let scanner = if self.catalog.starts_with("sqlite:") { "sqlite_scanner" } else { "postgres_scanner" };
@@ -186,6 +184,74 @@ impl DuckLakeConfig {
         ));
         sql
     }
+}
+
+/// The table in the lake's `main` schema where streams keep their positions.
+const POSITIONS: &str = "sluice_positions";
+
+impl Lakehouse for DuckLakeConfig {
+    fn attach_sql(&self) -> String {
+        self.attach_statements()
+    }
+
+    fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn redact(&self, message: &str) -> String {
+        self.redact_secrets(message)
+    }
+
+    fn extensions(&self) -> Option<PathBuf> {
+        extension_dir(&self.extension_directory)
+    }
+
+    fn label(&self) -> &'static str {
+        "DuckLake"
+    }
+
+    fn needs(&self) -> &'static str {
+        "ducklake extension and its catalog's scanner (and httpfs for S3)"
+    }
+
+    fn catalog_name(&self) -> String {
+        self.catalog.clone()
+    }
+
+    /// A row of `sluice_positions` in the lake's `main` schema, in the snapshot of the rows.
+    fn write_stamp(&self, conn: &Connection, _tables: &[String], stamp: &Stamp) -> Result<()> {
+        conn.execute_batch(&format!(
+            "CREATE TABLE IF NOT EXISTS lake.main.{POSITIONS} (owner VARCHAR, checkpoint VARCHAR, \
+             written_at TIMESTAMPTZ); DELETE FROM lake.main.{POSITIONS} WHERE owner = '{owner}'; \
+             INSERT INTO lake.main.{POSITIONS} VALUES ('{owner}', '{checkpoint}', now())",
+            owner = literal(&stamp.owner),
+            checkpoint = literal(&stamp.checkpoint),
+        ))
+        .map_err(lake_error)
+    }
+
+    fn read_stamp(&self, conn: &Connection, owner: &str) -> Result<Option<String>> {
+        if existing_columns(conn, "main", POSITIONS)?.is_empty() {
+            return Ok(None);
+        }
+        let mut statement = conn
+            .prepare(&format!("SELECT checkpoint FROM lake.main.{POSITIONS} WHERE owner = ?"))
+            .map_err(lake_error)?;
+        let mut rows = statement.query([owner]).map_err(lake_error)?;
+        match rows.next().map_err(lake_error)? {
+            Some(row) => Ok(Some(row.get(0).map_err(lake_error)?)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The extension folder: the config's, else `SLUICE_DUCKDB_EXTENSIONS`, else DuckDB's own.
+pub(super) fn extension_dir(configured: &Option<PathBuf>) -> Option<PathBuf> {
+    configured.clone().or_else(|| std::env::var_os("SLUICE_DUCKDB_EXTENSIONS").map(PathBuf::from))
 }
 
 /// `text` inside single quotes.

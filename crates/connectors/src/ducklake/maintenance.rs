@@ -10,7 +10,7 @@ use serde::Serialize;
 use sluice_core::{ErrorKind, Result, StreamMetrics};
 
 use super::config::{DuckLakeConfig, literal};
-use super::target::{Lake, lake_error, on_lake, shared};
+use crate::lakehouse::{Lake, lake_error, on_lake, shared};
 
 /// The data and delete files of a schema's tables.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

@@ -3,8 +3,9 @@
 
 mod config;
 mod maintenance;
-mod target;
 
 pub use config::{Compaction, DuckLakeConfig};
 pub use maintenance::{CompactionReport, FileFigures, compact, files, record, upkeep};
-pub use target::DuckLakeTarget;
+
+/// Writes DuckLake tables.
+pub type DuckLakeTarget = crate::lakehouse::LakeTarget<DuckLakeConfig>;

@@ -1,9 +1,9 @@
-//! Writes into DuckLake tables through DuckDB's `ducklake` extension, on a DuckDB of the
-//! destination's own (in memory; the lake's catalog and files are the durable part). Each write
-//! is one DuckLake transaction, so one snapshot: the rows of every table it touches and the
-//! stream's position in `sluice_positions`, committed together (exactly once). Rows are
-//! appended to a temporary stage table first (DuckDB lets a transaction write temporary tables
-//! beside one attached database), then inserted, merged by key or deleted from there.
+//! Writes into lakehouse tables (DuckLake, Iceberg) through DuckDB's extensions, on a DuckDB of
+//! the destination's own (in memory; the lake's catalog and files are the durable part), with
+//! the lake attached as `lake`. Each write is one transaction: the rows of every table it
+//! touches and the stream's position ([`Lakehouse::write_stamp`]) committed together (exactly
+//! once). Rows are appended to a temporary stage table first (DuckDB lets a transaction write
+//! temporary tables beside one attached database), then inserted, merged by key or deleted.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
@@ -15,12 +15,12 @@ use duckdb::Connection;
 use sluice_core::schema::{Column, ColumnType, TableSchema};
 use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Stamp, SyncMode};
 
-use super::config::{DuckLakeConfig, literal};
+use super::Lakehouse;
 use crate::workspace::quote;
 
-/// Delivers into DuckLake tables.
-pub struct DuckLakeTarget {
-    config: DuckLakeConfig,
+/// Delivers into the tables of a lake (`C`: a DuckLake or an Iceberg catalog).
+pub struct LakeTarget<C: Lakehouse> {
+    config: C,
     /// The attached lake, kept between writes; dropped after an error.
     lake: Lake,
 }
@@ -28,10 +28,10 @@ pub struct DuckLakeTarget {
 /// A lake's attachment: one per lake in this process, shared by its writers and its upkeep,
 /// so that they take turns instead of meeting as two writers of one catalog (a SQLite catalog
 /// takes one at a time). `None` until used, and again after an error.
-pub(super) type Lake = Arc<Mutex<Option<Connection>>>;
+pub(crate) type Lake = Arc<Mutex<Option<Connection>>>;
 
 /// The attachment of the lake `config` names, as `config` attaches it, made on first use.
-pub(super) fn shared(config: &DuckLakeConfig) -> Lake {
+pub(crate) fn shared(config: &impl Lakehouse) -> Lake {
     type Attachments = Mutex<HashMap<String, Weak<Mutex<Option<Connection>>>>>;
     static LAKES: LazyLock<Attachments> = LazyLock::new(Mutex::default);
     // Everything the attachment is made of (extensions, S3 account, catalog and its password).
@@ -47,14 +47,15 @@ pub(super) fn shared(config: &DuckLakeConfig) -> Lake {
 }
 
 /// Run `work` on the attached lake off the async threads; an error drops the attachment.
-pub(super) async fn on_lake<T, F>(lake: &Lake, config: &DuckLakeConfig, work: F) -> Result<T>
+pub(crate) async fn on_lake<C, T, F>(lake: &Lake, config: &C, work: F) -> Result<T>
 where
+    C: Lakehouse,
     T: Send + 'static,
-    F: FnOnce(&Connection, &DuckLakeConfig) -> Result<T> + Send + 'static,
+    F: FnOnce(&Connection, &C) -> Result<T> + Send + 'static,
 {
     let (lake, config) = (lake.clone(), config.clone());
     tokio::task::spawn_blocking(move || {
-        let mut slot = lake.lock().map_err(|_| Error::new(ErrorKind::Fatal, "DuckLake: a write panicked"))?;
+        let mut slot = lake.lock().map_err(|_| Error::new(ErrorKind::Fatal, "lake: a write panicked"))?;
         if slot.is_none() {
             *slot = Some(attach(&config)?);
         }
@@ -65,12 +66,12 @@ where
         result.map_err(|e| Error::new(e.kind(), config.redact(e.message())))
     })
     .await
-    .map_err(|e| Error::new(ErrorKind::Fatal, "DuckLake: a write panicked").with_source(e))?
+    .map_err(|e| Error::new(ErrorKind::Fatal, "lake: a write panicked").with_source(e))?
 }
 
-impl DuckLakeTarget {
+impl<C: Lakehouse> LakeTarget<C> {
     /// A destination for `config` (attaches on use).
-    pub fn new(config: DuckLakeConfig) -> Self {
+    pub fn new(config: C) -> Self {
         let lake = shared(&config);
         Self { config, lake }
     }
@@ -78,14 +79,14 @@ impl DuckLakeTarget {
     async fn with_lake<T, F>(&self, work: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection, &DuckLakeConfig) -> Result<T> + Send + 'static,
+        F: FnOnce(&Connection, &C) -> Result<T> + Send + 'static,
     {
         on_lake(&self.lake, &self.config, work).await
     }
 }
 
 /// A DuckDB of its own (in memory) with the lake attached as `lake`.
-pub(super) fn attach(config: &DuckLakeConfig) -> Result<Connection> {
+pub(crate) fn attach(config: &impl Lakehouse) -> Result<Connection> {
     let conn = Connection::open_in_memory().map_err(lake_error)?;
     conn.execute_batch("SET memory_limit = '256MB'; SET threads = 2").map_err(lake_error)?;
     conn.execute_batch(&config.attach_sql()).map_err(|e| {
@@ -96,7 +97,7 @@ pub(super) fn attach(config: &DuckLakeConfig) -> Result<Connection> {
 }
 
 #[async_trait]
-impl Destination for DuckLakeTarget {
+impl<C: Lakehouse> Destination for LakeTarget<C> {
     async fn check(&mut self) -> Result<()> {
         self.with_lake(|conn, _| conn.execute_batch("SELECT 1").map_err(lake_error)).await
     }
@@ -111,14 +112,14 @@ impl Destination for DuckLakeTarget {
     }
 
     async fn keys(&mut self, _table: &str) -> Result<Option<Vec<String>>> {
-        // A DuckLake table has no primary key or unique index to read keys from.
+        // A lake table has no primary key or unique index to read keys from.
         Ok(None)
     }
 
     async fn table_schema(&mut self, table: &str) -> Result<Option<TableSchema>> {
         let table = table.to_string();
         self.with_lake(move |conn, config| {
-            let columns = existing_columns(conn, &config.schema, &table)?;
+            let columns = existing_columns(conn, config.schema(), &table)?;
             Ok((!columns.is_empty()).then(|| {
                 TableSchema::existing(
                     columns
@@ -133,44 +134,22 @@ impl Destination for DuckLakeTarget {
 
     async fn stamp(&mut self, owner: &str) -> Result<Option<String>> {
         let owner = owner.to_string();
-        self.with_lake(move |conn, _| {
-            if existing_columns(conn, "main", POSITIONS)?.is_empty() {
-                return Ok(None);
-            }
-            let mut statement = conn
-                .prepare(&format!("SELECT checkpoint FROM lake.main.{POSITIONS} WHERE owner = ?"))
-                .map_err(lake_error)?;
-            let mut rows = statement.query([&owner]).map_err(lake_error)?;
-            match rows.next().map_err(lake_error)? {
-                Some(row) => Ok(Some(row.get(0).map_err(lake_error)?)),
-                None => Ok(None),
-            }
-        })
-        .await
+        self.with_lake(move |conn, config| config.read_stamp(conn, &owner)).await
     }
 }
 
 /// DuckDB's integer types, as `duckdb_columns()` names them.
 const INTEGERS: [&str; 4] = ["TINYINT", "SMALLINT", "INTEGER", "BIGINT"];
 
-/// The table in the lake's `main` schema where streams keep their positions.
-const POSITIONS: &str = "sluice_positions";
-
-fn write(conn: &Connection, config: &DuckLakeConfig, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
+fn write(conn: &Connection, config: &impl Lakehouse, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
     conn.execute_batch("BEGIN TRANSACTION").map_err(lake_error)?;
     let result = (|| {
+        let mut tables = Vec::new();
         for delivery in deliveries {
-            apply(conn, config, delivery)?;
+            tables.push(apply(conn, config, delivery)?);
         }
         if let Some(stamp) = stamp {
-            conn.execute_batch(&format!(
-                "CREATE TABLE IF NOT EXISTS lake.main.{POSITIONS} (owner VARCHAR, checkpoint VARCHAR, \
-                 written_at TIMESTAMPTZ); DELETE FROM lake.main.{POSITIONS} WHERE owner = '{owner}'; \
-                 INSERT INTO lake.main.{POSITIONS} VALUES ('{owner}', '{checkpoint}', now())",
-                owner = literal(&stamp.owner),
-                checkpoint = literal(&stamp.checkpoint),
-            ))
-            .map_err(lake_error)?;
+            config.write_stamp(conn, &tables, stamp)?;
         }
         conn.execute_batch("COMMIT").map_err(lake_error)
     })();
@@ -183,14 +162,14 @@ fn write(conn: &Connection, config: &DuckLakeConfig, deliveries: &[Delivery], st
 }
 
 /// One delivery inside the open transaction: the table created or given its new columns, then
-/// the rows appended, replaced, or merged by key (deletes too).
-fn apply(conn: &Connection, config: &DuckLakeConfig, delivery: &Delivery) -> Result<()> {
-    let name = delivery.table.as_deref().unwrap_or(&config.table);
-    let table = format!("lake.{}.{}", quote(&config.schema), quote(name));
-    let existing = existing_columns(conn, &config.schema, name)?;
+/// the rows appended, replaced, or merged by key (deletes too). The table's name.
+fn apply(conn: &Connection, config: &impl Lakehouse, delivery: &Delivery) -> Result<String> {
+    let name = delivery.table.as_deref().unwrap_or(config.table());
+    let table = format!("lake.{}.{}", quote(config.schema()), quote(name));
+    let existing = existing_columns(conn, config.schema(), name)?;
     if existing.is_empty() {
-        if config.schema != "main" {
-            conn.execute_batch(&format!("CREATE SCHEMA IF NOT EXISTS lake.{}", quote(&config.schema)))
+        if config.schema() != "main" {
+            conn.execute_batch(&format!("CREATE SCHEMA IF NOT EXISTS lake.{}", quote(config.schema())))
                 .map_err(lake_error)?;
         }
         conn.execute_batch(&format!("CREATE TABLE {table} ({})", column_list(&delivery.schema)?))
@@ -248,7 +227,7 @@ fn apply(conn: &Connection, config: &DuckLakeConfig, delivery: &Delivery) -> Res
     if !sql.is_empty() {
         conn.execute_batch(&sql).map_err(lake_error)?;
     }
-    Ok(())
+    Ok(name.to_string())
 }
 
 /// `rows` in a new temporary table `name` of `schema`'s columns.
@@ -267,7 +246,7 @@ fn stage(conn: &Connection, name: &str, schema: &Arc<Schema>, rows: &[RecordBatc
 
 /// The columns of `schema.table` in the lake with their types (names matched without regard to
 /// case, as DuckDB does); empty when it does not exist.
-fn existing_columns(conn: &Connection, schema: &str, table: &str) -> Result<Vec<(String, String)>> {
+pub(crate) fn existing_columns(conn: &Connection, schema: &str, table: &str) -> Result<Vec<(String, String)>> {
     let mut statement = conn
         .prepare(
             "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = 'lake' \
@@ -306,13 +285,13 @@ fn sql_type(field: &Field) -> Result<String> {
         other => {
             return Err(Error::new(
                 ErrorKind::Fatal,
-                format!("DuckLake: column '{}' has a type the destination does not take ({other})", field.name()),
+                format!("lake: column '{}' has a type the destination does not take ({other})", field.name()),
             ));
         }
     })
 }
 
-pub(super) fn lake_error(e: duckdb::Error) -> Error {
+pub(crate) fn lake_error(e: duckdb::Error) -> Error {
     let text = e.to_string();
     // A catalog or store that cannot be reached is worth retrying, and so is a commit another
     // writer of the lake won (two streams creating or updating `sluice_positions` at once, a
@@ -327,21 +306,22 @@ pub(super) fn lake_error(e: duckdb::Error) -> Error {
     } else {
         ErrorKind::Fatal
     };
-    Error::new(kind, format!("DuckLake: {text}"))
+    Error::new(kind, format!("lake: {text}"))
 }
 
 /// Why the lake could not be attached: a missing extension is a setup to fix (named, with
 /// where it was looked for), anything else a catalog or store to retry.
-fn attach_error(config: &DuckLakeConfig, e: &duckdb::Error) -> Error {
+fn attach_error(config: &impl Lakehouse, e: &duckdb::Error) -> Error {
     let text = e.to_string();
     if text.contains("Extension") && (text.contains("not found") || text.contains("could not be loaded")) {
         let dir = config.extensions().map_or("DuckDB's default folder".to_string(), |d| d.display().to_string());
         return Error::new(
             ErrorKind::Config,
             format!(
-                "DuckLake needs DuckDB's ducklake extension and its catalog's scanner (and httpfs for S3) for \
-                 DuckDB 1.5.5 in {dir}: run scripts/services/duckdb_extensions.sh, or set \
-                 SLUICE_DUCKDB_EXTENSIONS or destination.extension_directory ({text})"
+                "{} needs DuckDB's {} for DuckDB 1.5.5 in {dir}: run scripts/services/duckdb_extensions.sh, \
+                 or set SLUICE_DUCKDB_EXTENSIONS or destination.extension_directory ({text})",
+                config.label(),
+                config.needs()
             ),
         );
     }
@@ -354,9 +334,9 @@ fn attach_error(config: &DuckLakeConfig, e: &duckdb::Error) -> Error {
     } else {
         ErrorKind::Connect
     };
-    Error::new(kind, format!("DuckLake: cannot attach {}: {text}", config.catalog))
+    Error::new(kind, format!("{}: cannot attach {}: {text}", config.label(), config.catalog_name()))
 }
 
 fn arrow_error(e: &arrow::error::ArrowError) -> Error {
-    Error::new(ErrorKind::Fatal, format!("DuckLake: {e}"))
+    Error::new(ErrorKind::Fatal, format!("lake: {e}"))
 }
