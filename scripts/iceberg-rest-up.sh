@@ -17,9 +17,18 @@
 # connections are gone). Logs: <dir>/lakana.log, <dir>/pg.log. On failure it prints the logs'
 # tails on stderr, stops whatever it started and exits non-zero.
 #
-# lakana's /v1/config names no prefix, so the client must: pyiceberg with the catalog property
-# prefix=<warehouse>; DuckDB with ATTACH '<warehouse>' ... (DuckDB sends the warehouse as the
-# prefix? no: see the DuckDB note in the report of this script's author) .
+# What lakana 0.20.0 asks of a client:
+# - tables only under the namespaces bronze, silver or gold (made with the environment), or
+#   namespaces nested in them (bronze.x);
+# - the environment as the REST prefix: GET /v1/config?warehouse=<env> answers it (see the
+#   launcher below), so pyiceberg with warehouse=<env> and DuckDB's ATTACH '<env>' find it;
+# - DuckDB (1.5.5, iceberg extension): no POST /v1/{prefix}/transactions/commit and no staged
+#   create, and a new table's follow-up metadata commit is refused, so
+#     CREATE SECRET s (TYPE iceberg, TOKEN '<ICEBERG_REST_TOKEN>');
+#     ATTACH '<ICEBERG_REST_WAREHOUSE>' AS cat (TYPE iceberg, SECRET s, ENDPOINT '<ICEBERG_REST_URI>',
+#       DISABLE_MULTI_TABLE_COMMIT true, STAGE_CREATE_TABLES false,
+#       SKIP_CREATE_TABLE_METADATA_UPDATES true);
+#   (files are local, so no storage secret; DuckDB needs its httpfs, avro and iceberg extensions).
 set -euo pipefail
 
 dir=${1:?usage: iceberg-rest-up.sh <dir> <port>}
@@ -56,8 +65,8 @@ cleanup() {
   set +e
   if [ $rc -ne 0 ]; then
     echo "iceberg-rest-up: failed; lakana.log and pg.log end with:" >&2
-    tail -n 30 "$dir/lakana.log" 2>/dev/null >&2 || true
-    tail -n 10 "$dir/pg.log" 2>/dev/null >&2 || true
+    tail -n 30 "$dir/lakana.log" >&2 2>/dev/null
+    tail -n 10 "$dir/pg.log" >&2 2>/dev/null
     if [ -n "$lakana_pid" ]; then kill "$lakana_pid" 2>/dev/null; wait "$lakana_pid" 2>/dev/null; fi
     if [ -n "$started_pg" ]; then as_pg "$PG_BIN/pg_ctl" -D "$pgdir/data" -m immediate -w stop >/dev/null 2>&1; fi
     rm -f "$dir/pids"
@@ -65,6 +74,7 @@ cleanup() {
   return $rc
 }
 trap cleanup EXIT
+trap "exit 143" TERM INT HUP
 
 # PostgreSQL refuses to run as root: as the postgres user when we are root, else as ourselves.
 if [ "$(id -u)" = 0 ]; then
@@ -102,7 +112,7 @@ export LAKANA_LOG__LEVEL=WARNING
 # ?warehouse=<environment> answers overrides.prefix=<environment>; every other request, and
 # /v1/config without a warehouse, goes to lakana unchanged. Detached from our stdout/stderr, so
 # a caller reading them to the end is not held.
-"$LAKANA_VENV/bin/python" -c '
+"$LAKANA_PYTHON" -c '
 import json, urllib.parse
 import uvicorn
 from lakana_core.log_setup import configure_logging

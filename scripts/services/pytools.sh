@@ -20,3 +20,9 @@ if ! "$PYTOOLS_PYTHON" -c "import azure.storage.blob" >/dev/null 2>&1; then
   echo "sluice: installing azure-storage-blob 12.31.1 (PyPI)" >&2
   "$PYTOOLS_VENV/bin/pip" install -q "azure-storage-blob==12.31.1"
 fi
+# pyiceberg, the reader tests use to check Iceberg tables Sluice wrote through a REST catalog
+# (its own check, so adding it never reinstalls the rest).
+if ! "$PYTOOLS_PYTHON" -c "import pyiceberg" >/dev/null 2>&1; then
+  echo "sluice: installing pyiceberg 0.12.0 (PyPI)" >&2
+  "$PYTOOLS_VENV/bin/pip" install -q "pyiceberg==0.12.0"
+fi

@@ -6,6 +6,7 @@ pub mod ducklake;
 pub mod files;
 pub mod http_api;
 pub mod http_push;
+pub mod iceberg;
 pub mod kafka;
 pub mod kinesis;
 mod lakehouse;

@@ -136,6 +136,18 @@ impl StreamConfig {
                 c.validate_connection()?;
                 &c.table
             }
+            DestinationConfig::Iceberg(c) => {
+                c.validate_connection()?;
+                // Without a multi-table commit, rows of two tables and the position could not
+                // be committed at once: a stream into such a catalog writes one table.
+                if !c.multi_table_commit && self.table.contains(['*', '[']) {
+                    return Err(Error::config(
+                        "table",
+                        "an Iceberg catalog without multi_table_commit takes one table per stream; name it",
+                    ));
+                }
+                &c.table
+            }
             DestinationConfig::Files(c) => {
                 c.validate()?;
                 if c.name.is_some() {

@@ -14,6 +14,7 @@ use sluice_core::{Destination, Error, Result, Secret, SyncMode};
 use crate::ducklake::{DuckLakeConfig, DuckLakeTarget};
 use crate::files::{FilesConfig, FilesTarget};
 use crate::http_api::{HttpApiConfig, HttpApiTarget, restore_url_password, url_password};
+use crate::iceberg::{IcebergConfig, IcebergTarget};
 use crate::mysql::{MysqlTableConfig, MysqlTarget};
 use crate::postgres::{PostgresTableConfig, PostgresTarget};
 use crate::sqlite::{SqliteTableConfig, SqliteTarget};
@@ -92,6 +93,8 @@ pub enum DestinationConfig {
     Http(HttpApiConfig),
     /// A DuckLake table (SQLite or Postgres catalog, data in a folder or on S3).
     Ducklake(DuckLakeConfig),
+    /// A table of an Iceberg REST catalog.
+    Iceberg(IcebergConfig),
 }
 
 impl SyncConfig {
@@ -119,6 +122,7 @@ impl SyncConfig {
             DestinationConfig::Files(c) => c.validate(),
             DestinationConfig::Http(c) => c.validate(),
             DestinationConfig::Ducklake(c) => c.validate(),
+            DestinationConfig::Iceberg(c) => c.validate(),
         }
     }
 
@@ -167,6 +171,15 @@ impl DestinationConfig {
                     c.s3.as_ref().and_then(|s| s.secret_access_key.as_ref()),
                 );
             }
+            Self::Iceberg(c) => {
+                keep(&mut out, "destination.token", c.token.as_ref());
+                keep(&mut out, "destination.client_secret", c.client_secret.as_ref());
+                keep(
+                    &mut out,
+                    "destination.s3.secret_access_key",
+                    c.s3.as_ref().and_then(|s| s.secret_access_key.as_ref()),
+                );
+            }
             Self::Files(c) => {
                 keep(
                     &mut out,
@@ -201,6 +214,13 @@ impl DestinationConfig {
             Self::Sqlite(_) => {}
             Self::Ducklake(c) => {
                 restore(&mut c.catalog_password, secrets, "destination.catalog_password");
+                if let Some(s3) = &mut c.s3 {
+                    restore(&mut s3.secret_access_key, secrets, "destination.s3.secret_access_key");
+                }
+            }
+            Self::Iceberg(c) => {
+                restore(&mut c.token, secrets, "destination.token");
+                restore(&mut c.client_secret, secrets, "destination.client_secret");
                 if let Some(s3) = &mut c.s3 {
                     restore(&mut s3.secret_access_key, secrets, "destination.s3.secret_access_key");
                 }
@@ -244,5 +264,6 @@ pub fn build_destination(config: &DestinationConfig) -> Result<Box<dyn Destinati
         DestinationConfig::Files(c) => Box::new(FilesTarget::new(c.clone())),
         DestinationConfig::Http(c) => Box::new(HttpApiTarget::new(c.clone())?),
         DestinationConfig::Ducklake(c) => Box::new(DuckLakeTarget::new(c.clone())),
+        DestinationConfig::Iceberg(c) => Box::new(IcebergTarget::new(c.clone())),
     })
 }

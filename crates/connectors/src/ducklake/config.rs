@@ -152,24 +152,7 @@ impl DuckLakeConfig {
         sql.push_str(&format!("LOAD ducklake; LOAD {scanner}; "));
         if let Some(s3) = &self.s3 {
             sql.push_str("LOAD httpfs; ");
-            let mut secret =
-                format!("CREATE OR REPLACE SECRET sluice_lake_s3 (TYPE s3, REGION '{}'", literal(&s3.region));
-            if let Some(key) = &s3.access_key_id {
-                secret.push_str(&format!(", KEY_ID '{}'", literal(key)));
-            }
-            if let Some(value) = &s3.secret_access_key {
-                secret.push_str(&format!(", SECRET '{}'", literal(value.expose())));
-            }
-            if let Some(endpoint) = &s3.endpoint {
-                let (ssl, host) = match endpoint.split_once("://") {
-                    Some(("http", host)) => (false, host),
-                    Some((_, host)) => (true, host),
-                    None => (true, endpoint.as_str()),
-                };
-                secret.push_str(&format!(", ENDPOINT '{}', URL_STYLE 'path', USE_SSL {ssl}", literal(host)));
-            }
-            sql.push_str(&secret);
-            sql.push_str("); ");
+            sql.push_str(&s3.duckdb_secret("sluice_lake_s3"));
         }
         let mut catalog = self.catalog.clone();
         if let Some(password) = &self.catalog_password {

@@ -132,6 +132,31 @@ pub struct S3Config {
     pub secret_access_key: Option<Secret>,
 }
 
+impl S3Config {
+    /// The DuckDB statement that makes this account the S3 secret `name` (for the lake
+    /// formats DuckDB writes through httpfs).
+    pub(crate) fn duckdb_secret(&self, name: &str) -> String {
+        let literal = |text: &str| text.replace('\'', "''");
+        let mut secret = format!("CREATE OR REPLACE SECRET {name} (TYPE s3, REGION '{}'", literal(&self.region));
+        if let Some(key) = &self.access_key_id {
+            secret.push_str(&format!(", KEY_ID '{}'", literal(key)));
+        }
+        if let Some(value) = &self.secret_access_key {
+            secret.push_str(&format!(", SECRET '{}'", literal(value.expose())));
+        }
+        if let Some(endpoint) = &self.endpoint {
+            let (ssl, host) = match endpoint.split_once("://") {
+                Some(("http", host)) => (false, host),
+                Some((_, host)) => (true, host),
+                None => (true, endpoint.as_str()),
+            };
+            secret.push_str(&format!(", ENDPOINT '{}', URL_STYLE 'path', USE_SSL {ssl}", literal(host)));
+        }
+        secret.push_str("); ");
+        secret
+    }
+}
+
 pub(crate) fn default_region() -> String {
     "us-east-1".into()
 }

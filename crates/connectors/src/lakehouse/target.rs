@@ -1,8 +1,8 @@
 //! Writes into lakehouse tables (DuckLake, Iceberg) through DuckDB's extensions, on a DuckDB of
 //! the destination's own (in memory; the lake's catalog and files are the durable part), with
-//! the lake attached as `lake`. Each write is one transaction: the rows of every table it
-//! touches and the stream's position ([`Lakehouse::write_stamp`]) committed together (exactly
-//! once). Rows are appended to a temporary stage table first (DuckDB lets a transaction write
+//! the lake attached as `lake`. Each write creates or evolves its tables first, then is one
+//! transaction: the rows of every table it touches and the stream's position
+//! ([`Lakehouse::write_stamp`]) committed together (exactly once). Rows are appended to a temporary stage table first (DuckDB lets a transaction write
 //! temporary tables beside one attached database), then inserted, merged by key or deleted.
 
 use std::collections::HashMap;
@@ -142,6 +142,12 @@ impl<C: Lakehouse> Destination for LakeTarget<C> {
 const INTEGERS: [&str; 4] = ["TINYINT", "SMALLINT", "INTEGER", "BIGINT"];
 
 fn write(conn: &Connection, config: &impl Lakehouse, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
+    // Tables and columns first, each change a commit of its own: an Iceberg catalog does not
+    // show a table to the transaction that created it. A table or column without rows is
+    // harmless; the rows and the position then come in one commit.
+    for delivery in deliveries {
+        shape(conn, config, delivery)?;
+    }
     conn.execute_batch("BEGIN TRANSACTION").map_err(lake_error)?;
     let result = (|| {
         let mut tables = Vec::new();
@@ -161,9 +167,8 @@ fn write(conn: &Connection, config: &impl Lakehouse, deliveries: &[Delivery], st
     result
 }
 
-/// One delivery inside the open transaction: the table created or given its new columns, then
-/// the rows appended, replaced, or merged by key (deletes too). The table's name.
-fn apply(conn: &Connection, config: &impl Lakehouse, delivery: &Delivery) -> Result<String> {
+/// The delivery's table created, or given the columns it lacks and wider types.
+fn shape(conn: &Connection, config: &impl Lakehouse, delivery: &Delivery) -> Result<()> {
     let name = delivery.table.as_deref().unwrap_or(config.table());
     let table = format!("lake.{}.{}", quote(config.schema()), quote(name));
     let existing = existing_columns(conn, config.schema(), name)?;
@@ -178,7 +183,9 @@ fn apply(conn: &Connection, config: &impl Lakehouse, delivery: &Delivery) -> Res
         for field in delivery.schema.fields() {
             // DuckDB matches names without regard to case: `Name` is the column `name`.
             let sql = match existing.iter().find(|(c, _)| c.eq_ignore_ascii_case(field.name())) {
-                None => format!("ALTER TABLE {table} ADD COLUMN {} {}", quote(field.name()), sql_type(field)?),
+                None => {
+                    format!("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {} {}", quote(field.name()), sql_type(field)?)
+                }
                 // Integers that now get fractions (the decoder widened the column): DuckLake
                 // promotes the column's type in place, as the workspace does.
                 Some((_, ty)) if INTEGERS.contains(&ty.as_str()) && field.data_type() == &DataType::Float64 => {
@@ -189,6 +196,14 @@ fn apply(conn: &Connection, config: &impl Lakehouse, delivery: &Delivery) -> Res
             conn.execute_batch(&sql).map_err(lake_error)?;
         }
     }
+    Ok(())
+}
+
+/// One delivery inside the open transaction: the rows appended, replaced, or merged by key
+/// (deletes too). The table's name.
+fn apply(conn: &Connection, config: &impl Lakehouse, delivery: &Delivery) -> Result<String> {
+    let name = delivery.table.as_deref().unwrap_or(config.table());
+    let table = format!("lake.{}.{}", quote(config.schema()), quote(name));
     let columns: Vec<String> = delivery.schema.fields().iter().map(|f| quote(f.name())).collect();
     let list = columns.join(", ");
     stage(conn, "sluice_stage", &delivery.schema, &delivery.rows)?;
