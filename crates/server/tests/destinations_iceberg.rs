@@ -1,6 +1,6 @@
 //! Streams and syncs into Iceberg tables of a real REST catalog (lakana-server, PyPI), written
-//! through DuckDB's iceberg extension and read back by pyiceberg: HTTP push appended exactly
-//! once across two kill -9 with a column added mid-stream, Postgres CDC mirrored (snapshot,
+//! through DuckDB's iceberg extension and read back by pyiceberg: HTTP push and Kafka appended
+//! exactly once across two kill -9 with a column added mid-stream, Postgres CDC mirrored (snapshot,
 //! updates, deletes) equal to the source, and a mirror sync whose inserts, updates and deletes
 //! show after each run.
 
@@ -62,6 +62,41 @@ async fn http_push_to_iceberg_exactly_once_across_two_kill_9_with_a_column_added
     );
     assert_eq!(check, Some(vec!["3000|3000|1500|0|2999|0|0".to_string()]), "each event once: {metrics}");
     assert_eq!(metrics["state"], "running", "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kafka_to_iceberg_append_exactly_once_across_two_kill_9() {
+    let catalog = IcebergRest::start();
+    let broker = crate::broker::Broker::start();
+    broker.create_topic("orders", 3);
+    let dir = DataDir::new("dest-iceberg-kafka");
+    let mut server = Server::start(&dir.0).await;
+    let mut stream = crate::kafka::kafka_stream("k", "orders", &broker, json!(["orders"]));
+    stream["destination"] = catalog.destination();
+    stream["flush"] = json!({"max_rows": 1000, "max_wait_ms": 50});
+    server.create_stream(stream).await;
+    // 6,000 orders over about six seconds; from the 3,000th on they carry a `coupon`.
+    const TOTAL: usize = 6_000;
+    let producing = crate::broker::produce_orders(broker.producer(&[]), "orders", TOTAL, 100, 100);
+    for round in 0..2i64 {
+        let threshold = 800 * (round + 1) + (rand::random::<u64>() % 1_200) as i64;
+        wait_until("orders in the table", Duration::from_secs(180), || async {
+            written(&server, "k").await >= threshold
+        })
+        .await;
+        server.kill9();
+        let seen = catalog.count("orders");
+        assert!(seen < TOTAL as i64, "the kill came after the last order ({seen}): it tests nothing");
+        server = Server::start(&dir.0).await;
+    }
+    producing.await.unwrap();
+    wait_read("every order in the table", Duration::from_secs(240), || catalog.count("orders") >= TOTAL as i64).await;
+    let check = catalog.read(
+        "orders",
+        "SELECT count(*), count(DISTINCT id), count(coupon), min(id), max(id), \
+         count(*) FILTER (WHERE coupon IS DISTINCT FROM CASE WHEN id >= 3000 THEN 'c' || id END) FROM t",
+    );
+    assert_eq!(check, Some(vec!["6000|6000|3000|0|5999|0".to_string()]), "each order once");
 }
 
 #[tokio::test(flavor = "multi_thread")]
