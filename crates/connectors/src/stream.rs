@@ -146,6 +146,13 @@ impl StreamConfig {
                         "an Iceberg catalog without multi_table_commit takes one table per stream; name it",
                     ));
                 }
+                if !c.multi_table_commit && self.history {
+                    return Err(Error::config(
+                        "history",
+                        "the history is a second table, which an Iceberg catalog without multi_table_commit \
+                         cannot commit with the mirror's rows",
+                    ));
+                }
                 &c.table
             }
             DestinationConfig::Files(c) => {

@@ -99,6 +99,54 @@ async fn kafka_to_iceberg_append_exactly_once_across_two_kill_9() {
     assert_eq!(check, Some(vec!["6000|6000|3000|0|5999|0".to_string()]), "each order once");
 }
 
+/// Debezium change events over Kafka mirrored into an Iceberg table (deletes as position
+/// deletes, a column added mid-stream), across two kill -9: the table equals the final state.
+#[tokio::test(flavor = "multi_thread")]
+async fn debezium_over_kafka_mirrored_into_iceberg_across_two_kill_9() {
+    let catalog = IcebergRest::start();
+    let broker = crate::broker::Broker::start();
+    broker.create_topic("cdc", 1);
+    let dir = DataDir::new("dest-iceberg-debezium");
+    let mut server = Server::start(&dir.0).await;
+    let mut stream = crate::kafka::kafka_stream("d", "customers", &broker, json!(["cdc"]));
+    stream["mode"] = json!("mirror");
+    stream["format"] = json!("debezium");
+    stream["flush"] = json!({"max_rows": 500, "max_wait_ms": 50});
+    stream["destination"] = catalog.destination();
+    server.create_stream(stream).await;
+    const TOTAL: u64 = 6_000;
+    let (messages, want) = crate::destinations_mariadb::changes(TOTAL);
+    let producer = broker.producer(&[]);
+    let producing = tokio::spawn(async move {
+        for chunk in messages.chunks(200) {
+            crate::broker::produce_keyed(&producer, "cdc", chunk).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    for round in 0..2i64 {
+        let threshold = 1_000 * (round + 1) + (rand::random::<u64>() % 1_000) as i64;
+        wait_until("changes in the table", Duration::from_secs(180), || async {
+            written(&server, "d").await >= threshold
+        })
+        .await;
+        server.kill9();
+        server = Server::start(&dir.0).await;
+    }
+    producing.await.unwrap();
+    // printf('%g'): whole balances print as Rust prints them (250, not 250.0).
+    let rows = || {
+        catalog
+            .read("customers", "SELECT id, name, printf('%g', balance), coalesce(tier, 'NULL') FROM t ORDER BY id")
+            .unwrap_or_default()
+    };
+    let last = want.last().cloned();
+    wait_read("the last change in the table", Duration::from_secs(240), || rows().last() == last.as_ref()).await;
+    wait_read("the table to equal the final state", Duration::from_secs(60), || rows() == want).await;
+    assert_eq!(rows(), want);
+    let (_, metrics) = server.get("/api/streams/d/metrics").await;
+    assert_eq!(metrics["state"], "running", "{metrics}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_cdc_mirrored_into_iceberg_equals_the_source() {
     let catalog = IcebergRest::start();

@@ -20,10 +20,10 @@ fn event(n: u64, op: &str, before: Value, after: Value) -> String {
 }
 
 /// A Kafka message: key and value (`None`: a tombstone).
-type Message = (Option<String>, Option<String>);
+pub type Message = (Option<String>, Option<String>);
 
 /// The changes, and the final rows as `id|name|balance|tier` lines.
-fn changes(total: u64) -> (Vec<Message>, Vec<String>) {
+pub fn changes(total: u64) -> (Vec<Message>, Vec<String>) {
     let mut rows: BTreeMap<u64, Value> = BTreeMap::new();
     let mut out = Vec::new();
     for n in 0..total {
