@@ -149,9 +149,19 @@ for _ in $(seq 1 300); do
 done
 curl -fsS -o /dev/null "http://127.0.0.1:$port/healthz"
 
+# The warehouse's files: a local folder, or with ICEBERG_REST_S3_ROOT=s3://bucket/prefix and
+# ICEBERG_REST_S3_ENDPOINT=http://host:port a bucket of an S3 server (moto; key test/test).
+root="file://$dir/warehouse"
+storage="{\"scheme\": \"file\", \"root\": \"$root\"}"
+if [ -n "${ICEBERG_REST_S3_ROOT:-}" ]; then
+  root=$ICEBERG_REST_S3_ROOT
+  storage="{\"scheme\": \"s3\", \"root\": \"$root\", \"options\": {\"s3.endpoint\": \"$ICEBERG_REST_S3_ENDPOINT\",
+    \"s3.access-key-id\": \"test\", \"s3.secret-access-key\": \"test\", \"s3.region\": \"us-east-1\",
+    \"s3.path-style-access\": \"true\"}}"
+fi
 curl -fsS -o /dev/null -X POST "http://127.0.0.1:$port/api/v1/environments" \
   -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
-  -d "{\"name\": \"$warehouse\", \"storage\": {\"scheme\": \"file\", \"root\": \"file://$dir/warehouse\"}}"
+  -d "{\"name\": \"$warehouse\", \"storage\": $storage}"
 
 # Still ours answering (not another server that took the port first)?
 kill -0 "$lakana_pid"
@@ -159,4 +169,4 @@ printf '%s\n%s\n' "$lakana_pid" "$pg_pid" >"$dir/pids"
 echo "ICEBERG_REST_URI=http://127.0.0.1:$port"
 echo "ICEBERG_REST_WAREHOUSE=$warehouse"
 echo "ICEBERG_REST_TOKEN=$token"
-echo "ICEBERG_REST_WAREHOUSE_ROOT=file://$dir/warehouse"
+echo "ICEBERG_REST_WAREHOUSE_ROOT=$root"

@@ -1,8 +1,8 @@
 //! Streams and syncs into Iceberg tables of a real REST catalog (lakana-server, PyPI), written
 //! through DuckDB's iceberg extension and read back by pyiceberg: HTTP push and Kafka appended
 //! exactly once across two kill -9 with a column added mid-stream, Postgres CDC mirrored (snapshot,
-//! updates, deletes) equal to the source, and a mirror sync whose inserts, updates and deletes
-//! show after each run.
+//! updates, deletes) equal to the source, a mirror sync whose inserts, updates and deletes show
+//! after each run, and a warehouse on S3 (moto).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -221,4 +221,44 @@ async fn a_mirror_sync_into_iceberg_shows_inserts_updates_and_deletes_after_each
         "{run}"
     );
     assert_eq!(rows(), Some(vec!["2|B".to_string(), "3|c".to_string()]));
+}
+
+/// A warehouse on S3 (moto): the rows of a push stream, exactly once across a kill -9, in data
+/// files in the bucket, read back by pyiceberg from there.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_iceberg_table_with_its_files_on_s3() {
+    let moto = crate::moto::Moto::start();
+    crate::moto::py(&format!("{}s3.create_bucket(Bucket='ice')\n", moto.boto()));
+    let catalog = IcebergRest::start_on_s3(&moto.endpoint, "ice");
+    let dir = DataDir::new("dest-iceberg-s3");
+    let mut server = Server::start(&dir.0).await;
+    let key = server
+        .create_stream(json!({"name": "s", "table": "events", "destination": catalog.destination(),
+                              "flush": {"max_wait_ms": 20}}))
+        .await;
+    for round in 0..6 {
+        if round == 3 {
+            server.kill9();
+            server = Server::start(&dir.0).await;
+        }
+        let events: Vec<serde_json::Value> = (0..20).map(|i| json!({"id": round * 20 + i})).collect();
+        let body = serde_json::Value::Array(events).to_string();
+        let r = server
+            .http
+            .post(server.url("/api/streams/s/push"))
+            .bearer_auth(&key)
+            .header("idempotency-key", format!("round-{round}"))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
+    }
+    wait_read("every row in the table", Duration::from_secs(120), || catalog.count("events") >= 120).await;
+    assert_eq!(catalog.read("events", "SELECT count(*), count(DISTINCT id) FROM t"), Some(vec!["120|120".to_string()]));
+    let listed = crate::moto::py(&format!(
+        "{}print(sum(o['Key'].endswith('.parquet') for o in s3.list_objects_v2(Bucket='ice')['Contents']))\n",
+        moto.boto()
+    ));
+    assert!(listed.trim().parse::<u32>().unwrap() >= 1, "data files in the bucket: {listed}");
 }
