@@ -25,6 +25,11 @@ pub struct MirrorBenchArgs {
     /// Concurrent clients; each owns a share of the keys, so per-key order holds.
     #[arg(long, default_value_t = 4)]
     pub clients: usize,
+    /// A stream destination (JSON, as in a stream's config): the mirror is kept there instead
+    /// of in the workspace; each push is answered once its changes are committed there (the
+    /// final state is then checked by the destination's own tests, not here).
+    #[arg(long)]
+    pub destination: Option<String>,
 }
 
 /// Changes per client (as Debezium events) and the expected final rows (key → version).
@@ -74,12 +79,13 @@ pub async fn run(args: MirrorBenchArgs) -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&dir);
     let server = ServerProcess::start(&dir).await?;
     let http = server.client()?;
-    let created = server
-        .create(
-            &http,
-            json!({"name": "mirror", "table": "customers", "mode": "mirror", "format": "debezium", "keys": ["id"]}),
-        )
-        .await?;
+    let mut config =
+        json!({"name": "mirror", "table": "customers", "mode": "mirror", "format": "debezium", "keys": ["id"]});
+    if let Some(destination) = &args.destination {
+        config["destination"] =
+            serde_json::from_str(destination).map_err(|e| format!("--destination is not JSON: {e}"))?;
+    }
+    let created = server.create(&http, config).await?;
     let key = created["push_key"].as_str().ok_or("no push key")?.to_string();
     eprintln!("pushing {} changes over {} keys", args.changes, args.keys);
     let t = Instant::now();
@@ -106,6 +112,20 @@ pub async fn run(args: MirrorBenchArgs) -> Result<(), String> {
         done.map_err(|e| e.to_string())??;
     }
     let secs = t.elapsed().as_secs_f64();
+    if args.destination.is_some() {
+        let rss = server.peak_rss_kib();
+        server.stop();
+        let _ = std::fs::remove_dir_all(&dir);
+        println!("changes: {} over {} keys, into the destination", args.changes, args.keys);
+        println!("| run | changes/s | seconds |");
+        println!("|---|---|---|");
+        println!(
+            "| Debezium events pushed → mirrored destination table (every push acknowledged after its commit) | {:.0} | {secs:.1} |",
+            args.changes as f64 / secs
+        );
+        println!("peak RSS of the server: {:.0} MiB", rss as f64 / 1024.0);
+        return Ok(());
+    }
     // Every push was answered after its commit, so the table is final now; check it.
     let r = http
         .post(format!("{}/api/sql", server.base))
