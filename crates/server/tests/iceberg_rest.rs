@@ -98,10 +98,16 @@ impl IcebergRest {
 }
 
 impl Drop for IcebergRest {
+    /// lakana killed, then its PostgreSQL told to stop at once (SIGQUIT: immediate shutdown),
+    /// so neither outlives the test.
     fn drop(&mut self) {
         if let Ok(pids) = std::fs::read_to_string(self.dir.0.join("pids")) {
-            for pid in pids.split_whitespace() {
-                let _ = Command::new("kill").arg(pid).status();
+            let pids: Vec<&str> = pids.split_whitespace().collect();
+            if let Some(lakana) = pids.first() {
+                let _ = Command::new("kill").args(["-KILL", lakana]).status();
+            }
+            if let Some(postgres) = pids.get(1) {
+                let _ = Command::new("kill").args(["-QUIT", postgres]).status();
             }
         }
     }

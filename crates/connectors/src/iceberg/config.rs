@@ -222,7 +222,9 @@ fn qualified(config: &IcebergConfig, table: &str) -> String {
 /// The tables of the namespace that hold a position of `owner`, with it.
 fn positions(conn: &Connection, config: &IcebergConfig, owner: &str) -> Result<Vec<(String, String)>> {
     let mut statement = conn
-        .prepare("SELECT table_name FROM duckdb_tables() WHERE database_name = 'lake' AND schema_name = ?")
+        .prepare(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'lake' AND lower(schema_name) = lower(?)",
+        )
         .map_err(lake_error)?;
     let tables: Vec<String> = statement
         .query_map([&config.namespace], |row| row.get::<_, String>(0))
@@ -233,10 +235,19 @@ fn positions(conn: &Connection, config: &IcebergConfig, owner: &str) -> Result<V
     let mut out = Vec::new();
     for table in tables {
         let sql = format!("SELECT value FROM iceberg_table_properties({}) WHERE key = ?", qualified(config, &table));
-        let mut statement = conn.prepare(&sql).map_err(lake_error)?;
-        let mut rows = statement.query([&key]).map_err(lake_error)?;
-        if let Some(row) = rows.next().map_err(lake_error)? {
-            out.push((table, row.get::<_, String>(0).map_err(lake_error)?));
+        let read = (|| -> Result<Option<String>> {
+            let mut statement = conn.prepare(&sql).map_err(lake_error)?;
+            let mut rows = statement.query([&key]).map_err(lake_error)?;
+            match rows.next().map_err(lake_error)? {
+                Some(row) => Ok(Some(row.get::<_, String>(0).map_err(lake_error)?)),
+                None => Ok(None),
+            }
+        })();
+        match read {
+            Ok(Some(value)) => out.push((table, value)),
+            Ok(None) => {}
+            // Another writer's table this login may not read holds no position of ours.
+            Err(e) => tracing::warn!(table = %table, error = %e, "Iceberg: a table's properties could not be read."),
         }
     }
     Ok(out)

@@ -23,6 +23,9 @@ pub struct LakeTarget<C: Lakehouse> {
     config: C,
     /// The attached lake, kept between writes; dropped after an error.
     lake: Lake,
+    /// The last write failed: its commit may still have landed (a reply lost on the way back
+    /// from a REST catalog), so the next write of the same position checks first.
+    unsure: bool,
 }
 
 /// A lake's attachment: one per lake in this process, shared by its writers and its upkeep,
@@ -55,7 +58,14 @@ where
 {
     let (lake, config) = (lake.clone(), config.clone());
     tokio::task::spawn_blocking(move || {
-        let mut slot = lake.lock().map_err(|_| Error::new(ErrorKind::Fatal, "lake: a write panicked"))?;
+        // A panic in an earlier user poisons the lock: its connection may be mid-transaction,
+        // so it is dropped and the lake attached anew, not left broken for every stream.
+        let mut slot = lake.lock().unwrap_or_else(|poisoned| {
+            let mut slot = poisoned.into_inner();
+            *slot = None;
+            lake.clear_poison();
+            slot
+        });
         if slot.is_none() {
             *slot = Some(attach(&config)?);
         }
@@ -73,7 +83,7 @@ impl<C: Lakehouse> LakeTarget<C> {
     /// A destination for `config` (attaches on use).
     pub fn new(config: C) -> Self {
         let lake = shared(&config);
-        Self { config, lake }
+        Self { config, lake, unsure: false }
     }
 
     async fn with_lake<T, F>(&self, work: F) -> Result<T>
@@ -108,7 +118,20 @@ impl<C: Lakehouse> Destination for LakeTarget<C> {
 
     async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
         let (deliveries, stamp) = (deliveries.to_vec(), stamp.cloned());
-        self.with_lake(move |conn, config| write(conn, config, &deliveries, stamp.as_ref())).await
+        if self.unsure
+            && let Some(stamp) = &stamp
+        {
+            let owner = stamp.owner.clone();
+            let held = self.with_lake(move |conn, config| config.read_stamp(conn, &owner)).await?;
+            self.unsure = false;
+            if held.as_deref() == Some(stamp.checkpoint.as_str()) {
+                // The failed try committed after all: writing again would add its rows twice.
+                return Ok(());
+            }
+        }
+        let result = self.with_lake(move |conn, config| write(conn, config, &deliveries, stamp.as_ref())).await;
+        self.unsure = result.is_err();
+        result
     }
 
     async fn keys(&mut self, _table: &str) -> Result<Option<Vec<String>>> {
@@ -311,7 +334,15 @@ pub(crate) fn lake_error(e: duckdb::Error) -> Error {
     // A catalog or store that cannot be reached is worth retrying, and so is a commit another
     // writer of the lake won (two streams creating or updating `sluice_positions` at once, a
     // compaction) or a SQLite catalog another writer holds; anything else is not.
-    let kind = if text.contains("IO Error") || text.contains("HTTP") || text.contains("Connection") {
+    // A REST catalog's refusal says its HTTP status: a refused login is the config's to fix, a
+    // request it does not take (a type promotion Iceberg lacks, a namespace it forbids) will
+    // not pass by retrying; the rest (5xx, 409, 429, no answer) may.
+    let http = |codes: &[&str]| text.contains("HTTP") && codes.iter().any(|c| text.contains(c));
+    let kind = if http(&["401", "403", "Unauthorized", "Forbidden"]) {
+        ErrorKind::Config
+    } else if http(&["400", "404", "422", "Bad Request", "Not Found", "Unprocessable"]) {
+        ErrorKind::Fatal
+    } else if text.contains("IO Error") || text.contains("HTTP") || text.contains("Connection") {
         ErrorKind::Connect
     } else if text.contains("onflict")
         || text.contains("TransactionContext Error")
