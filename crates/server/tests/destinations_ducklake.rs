@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::{DataDir, Server, wait_until};
+use crate::harness::{DataDir, Server, wait_slowly, wait_until};
 use crate::postgres::Postgres;
 
 fn extensions() -> String {
@@ -41,16 +41,6 @@ pub fn read(lake: &Path, sql: &str) -> Option<Vec<String>> {
     let python = std::env::var("PYTOOLS_PYTHON").expect("PYTOOLS_PYTHON: run the tests through scripts/test.sh");
     let out = std::process::Command::new(python).args(["-c", &script]).output().expect("run python");
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect())
-}
-
-/// Wait until `check` (which reads the lake) holds, polling twice a second: each read starts
-/// Python and DuckDB, too heavy for the harness's 20 ms polls on a loaded machine.
-async fn wait_lake(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + timeout;
-    while !check() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 /// Rows the stream has committed to its destination, from its metrics (cheap to poll).
@@ -93,7 +83,7 @@ async fn http_push_to_ducklake_exactly_once_across_two_kill_9_with_a_column_adde
         *base.lock().unwrap() = server.base.clone();
     }
     pushing.await.unwrap();
-    wait_lake("every event in the lake", Duration::from_secs(240), || count(&lake.0, "events") >= TOTAL).await;
+    wait_slowly("every event in the lake", Duration::from_secs(240), || count(&lake.0, "events") >= TOTAL).await;
     let (_, metrics) = server.get("/api/streams/o/metrics").await;
     let check = read(
         &lake.0,
@@ -127,7 +117,7 @@ async fn postgres_cdc_mirrored_into_ducklake_equals_the_source() {
             "flush": {"max_wait_ms": 20},
         }))
         .await;
-    wait_lake("the snapshot in the lake", Duration::from_secs(240), || count(&lake.0, "accounts") >= 5000).await;
+    wait_slowly("the snapshot in the lake", Duration::from_secs(240), || count(&lake.0, "accounts") >= 5000).await;
     pg.sql(
         "UPDATE accounts SET amount = amount + 1, name = NULL WHERE id % 7 = 0;
          DELETE FROM accounts WHERE id % 11 = 0;
@@ -140,7 +130,7 @@ async fn postgres_cdc_mirrored_into_ducklake_equals_the_source() {
                         count(*) FILTER (WHERE name = 'after') FROM accounts";
     let want = pg.lines(ROWS);
     // psql prints numeric sums as they are; duckdb's DECIMAL sum prints the same digits.
-    wait_lake("the lake to equal the source", Duration::from_secs(240), || {
+    wait_slowly("the lake to equal the source", Duration::from_secs(240), || {
         read(&lake.0, ROWS).is_some_and(|got| got == want)
     })
     .await;
@@ -162,7 +152,7 @@ async fn lake_columns_are_fitted_and_widened_and_a_sync_upserts_into_the_lake() 
         .await;
     let (status, answer) = server.push("p", &key, r#"[{"id": 1, "score": 5}, {"id": 2, "score": 6}]"#).await;
     assert_eq!(status, 202, "{answer}");
-    wait_lake("the first rows", Duration::from_secs(120), || count(&lake.0, "scores") == 2).await;
+    wait_slowly("the first rows", Duration::from_secs(120), || count(&lake.0, "scores") == 2).await;
     server.kill9();
     server = Server::start(&dir.0).await;
     let (status, answer) = server.push("p", &key, r#"{"id": 3, "score": "lots"}"#).await;
@@ -170,7 +160,7 @@ async fn lake_columns_are_fitted_and_widened_and_a_sync_upserts_into_the_lake() 
     let (status, answer) = server.push("p", &key, r#"{"id": 4, "score": 2.5}"#).await;
     assert_eq!(status, 202, "{answer}");
     let rows = || read(&lake.0, "SELECT id, score, typeof(score) FROM scores ORDER BY id");
-    wait_lake("the widened column", Duration::from_secs(120), || {
+    wait_slowly("the widened column", Duration::from_secs(120), || {
         rows().is_some_and(|r| r == ["1|5.0|DOUBLE", "2|6.0|DOUBLE", "3|-|DOUBLE", "4|2.5|DOUBLE"])
     })
     .await;

@@ -9,18 +9,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::{DataDir, Server, wait_until};
+use crate::harness::{DataDir, Server, wait_slowly, wait_until};
 use crate::iceberg_rest::IcebergRest;
 use crate::postgres::Postgres;
-
-/// Wait until `check` (which reads the catalog with Python) holds, twice a second.
-async fn wait_read(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + timeout;
-    while !check() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
 
 async fn written(server: &Server, stream: &str) -> i64 {
     server.get(&format!("/api/streams/{stream}/metrics")).await.1["rows_written"].as_i64().unwrap_or(0)
@@ -52,7 +43,7 @@ async fn http_push_to_iceberg_exactly_once_across_two_kill_9_with_a_column_added
         *base.lock().unwrap() = server.base.clone();
     }
     pushing.await.unwrap();
-    wait_read("every event in the table", Duration::from_secs(240), || catalog.count("events") >= TOTAL).await;
+    wait_slowly("every event in the table", Duration::from_secs(240), || catalog.count("events") >= TOTAL).await;
     let (_, metrics) = server.get("/api/streams/o/metrics").await;
     let check = catalog.read(
         "events",
@@ -90,7 +81,7 @@ async fn kafka_to_iceberg_append_exactly_once_across_two_kill_9() {
         server = Server::start(&dir.0).await;
     }
     producing.await.unwrap();
-    wait_read("every order in the table", Duration::from_secs(240), || catalog.count("orders") >= TOTAL as i64).await;
+    wait_slowly("every order in the table", Duration::from_secs(240), || catalog.count("orders") >= TOTAL as i64).await;
     let check = catalog.read(
         "orders",
         "SELECT count(*), count(DISTINCT id), count(coupon), min(id), max(id), \
@@ -140,8 +131,8 @@ async fn debezium_over_kafka_mirrored_into_iceberg_across_two_kill_9() {
             .unwrap_or_default()
     };
     let last = want.last().cloned();
-    wait_read("the last change in the table", Duration::from_secs(240), || rows().last() == last.as_ref()).await;
-    wait_read("the table to equal the final state", Duration::from_secs(60), || rows() == want).await;
+    wait_slowly("the last change in the table", Duration::from_secs(240), || rows().last() == last.as_ref()).await;
+    wait_slowly("the table to equal the final state", Duration::from_secs(60), || rows() == want).await;
     assert_eq!(rows(), want);
     let (_, metrics) = server.get("/api/streams/d/metrics").await;
     assert_eq!(metrics["state"], "running", "{metrics}");
@@ -165,7 +156,7 @@ async fn postgres_cdc_mirrored_into_iceberg_equals_the_source() {
             "flush": {"max_wait_ms": 20},
         }))
         .await;
-    wait_read("the snapshot in the table", Duration::from_secs(240), || catalog.count("accounts") >= 3000).await;
+    wait_slowly("the snapshot in the table", Duration::from_secs(240), || catalog.count("accounts") >= 3000).await;
     pg.sql(
         "UPDATE accounts SET amount = amount + 1, name = NULL WHERE id % 7 = 0;
          DELETE FROM accounts WHERE id % 11 = 0;
@@ -176,7 +167,7 @@ async fn postgres_cdc_mirrored_into_iceberg_equals_the_source() {
     pg.sql("UPDATE accounts SET name = 'after' WHERE id <= 20;");
     const ROWS: &str = "SELECT count(*), count(name), sum(amount), sum(id), count(*) FILTER (WHERE name = 'after')";
     let want = pg.lines(&format!("{ROWS} FROM accounts"));
-    wait_read("the table to equal the source", Duration::from_secs(240), || {
+    wait_slowly("the table to equal the source", Duration::from_secs(240), || {
         catalog.read("accounts", &format!("{ROWS} FROM t")).is_some_and(|got| got == want)
     })
     .await;
@@ -254,7 +245,7 @@ async fn an_iceberg_table_with_its_files_on_s3() {
             .unwrap();
         assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
     }
-    wait_read("every row in the table", Duration::from_secs(120), || catalog.count("events") >= 120).await;
+    wait_slowly("every row in the table", Duration::from_secs(120), || catalog.count("events") >= 120).await;
     assert_eq!(catalog.read("events", "SELECT count(*), count(DISTINCT id) FROM t"), Some(vec!["120|120".to_string()]));
     let listed = crate::moto::py(&format!(
         "{}print(sum(o['Key'].endswith('.parquet') for o in s3.list_objects_v2(Bucket='ice')['Contents']))\n",

@@ -54,6 +54,16 @@ where
     }
 }
 
+/// Wait until `check` holds, polling twice a second: for checks that start a process each
+/// (Python reading a lake), too heavy for [`wait_until`]'s 20 ms polls on a loaded machine.
+pub async fn wait_slowly(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 impl Server {
     pub async fn start(dir: &Path) -> Self {
         Self::start_with(dir, &[]).await
