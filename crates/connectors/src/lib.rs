@@ -17,6 +17,7 @@ mod sql_table;
 pub mod sqlite;
 mod stream;
 mod sync;
+pub mod transform;
 pub mod workspace;
 
 pub use connection::{

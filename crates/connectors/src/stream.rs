@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sluice_core::secret::{keep, restore};
+use sluice_core::transform::TransformConfig;
 use sluice_core::{
     ChangeConfig, FlushConfig, Format, MetadataConfig, Mode, Position, Result, Secret, Source, StreamMetrics,
     error::Error, secret::REDACTED,
@@ -55,6 +56,10 @@ pub struct StreamConfig {
     /// `every_ms` in one transaction (a staged bulk load), instead of one transaction per unit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<StageConfig>,
+    /// What happens to events on the way: field rules (drop, rename, mask, type, computed
+    /// columns), a filter, validation rules and a route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transform: Option<TransformConfig>,
     /// For declared streams: the push key to accept. When absent one is generated and shown
     /// once. Stored hashed, never serialized back.
     #[serde(default, skip_serializing)]
@@ -88,12 +93,35 @@ impl StreamConfig {
             self.changes().validate()?;
         }
         self.validate_destination()?;
+        self.validate_transform()?;
         match &self.source {
             SourceConfig::HttpPush(c) => c.validate(),
             SourceConfig::Kafka(c) => c.validate(),
             SourceConfig::Kinesis(c) => c.validate(),
             SourceConfig::Postgres(c) => c.validate(),
         }
+    }
+
+    /// The transform's structure, what the stream's mode allows of it, and its expressions
+    /// (parsed and bound by an in-memory DuckDB: no I/O).
+    fn validate_transform(&self) -> Result<()> {
+        let Some(t) = &self.transform else { return Ok(()) };
+        t.validate()?;
+        if matches!(self.source, SourceConfig::Postgres(_)) && !t.is_empty() {
+            return Err(Error::config(
+                "transform",
+                "a Postgres source's snapshot rows are not transformed yet; mask or drop columns in the \
+                 publication's column list, or stream through Debezium",
+            ));
+        }
+        if self.changes().mode == Mode::Mirror && t.has_row_rules() {
+            return Err(Error::config(
+                "transform",
+                "a mirror stream takes field rules only (drop, rename, mask, type): a filter, rule, route or \
+                 computed column would leave keys behind",
+            ));
+        }
+        crate::transform::check(t)
     }
 
     /// Whether the stream's keys come from its destination table: a JSON mirror with a
@@ -140,7 +168,8 @@ impl StreamConfig {
                 c.validate_connection()?;
                 // Without a multi-table commit, rows of two tables and the position could not
                 // be committed at once: a stream into such a catalog writes one table.
-                if !c.multi_table_commit && self.table.contains(['*', '[']) {
+                let routed = self.transform.as_ref().is_some_and(|t| t.route.is_some());
+                if !c.multi_table_commit && (self.table.contains(['*', '[']) || routed) {
                     return Err(Error::config(
                         "table",
                         "an Iceberg catalog without multi_table_commit takes one table per stream; name it",

@@ -34,6 +34,9 @@ pub struct Totals {
     pub rows_written: u64,
     /// Rows added to the rejects ledger (whole events and misfit values).
     pub rejects: u64,
+    /// Events a transform's filter skipped.
+    #[serde(default)]
+    pub filtered: u64,
     /// Payload bytes received.
     pub bytes_in: u64,
     /// Batches committed.

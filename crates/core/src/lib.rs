@@ -16,6 +16,7 @@ pub mod sink;
 pub mod source;
 pub mod sync;
 pub mod sync_run;
+pub mod transform;
 
 pub use batch::{
     ChangeOp, Checkpoint, Chunk, CopyRows, IdempotencyKey, MirrorWrite, Payload, Position, Record, RecordMeta, Reject,

@@ -19,6 +19,7 @@ pub struct StreamMetrics {
     events_in: AtomicU64,
     rows_written: AtomicU64,
     rejects: AtomicU64,
+    filtered: AtomicU64,
     bytes_in: AtomicU64,
     batches: AtomicU64,
     last_event_us: AtomicI64,
@@ -86,6 +87,8 @@ pub struct MetricsSnapshot {
     pub rows_written: u64,
     /// Ledger rows.
     pub rejects: u64,
+    /// Events a transform's filter skipped.
+    pub filtered: u64,
     /// Payload bytes.
     pub bytes_in: u64,
     /// Committed batches.
@@ -144,6 +147,7 @@ impl StreamMetrics {
             events_in: AtomicU64::new(totals.events_in),
             rows_written: AtomicU64::new(totals.rows_written),
             rejects: AtomicU64::new(totals.rejects),
+            filtered: AtomicU64::new(totals.filtered),
             bytes_in: AtomicU64::new(totals.bytes_in),
             batches: AtomicU64::new(totals.batches),
             last_event_us: AtomicI64::new(totals.last_event_us.unwrap_or(i64::MIN)),
@@ -225,6 +229,7 @@ impl StreamMetrics {
         self.processed.fetch_add(totals.events_in.saturating_sub(before), Ordering::Relaxed);
         self.rows_written.store(totals.rows_written, Ordering::Relaxed);
         self.rejects.store(totals.rejects, Ordering::Relaxed);
+        self.filtered.store(totals.filtered, Ordering::Relaxed);
         self.bytes_in.store(totals.bytes_in, Ordering::Relaxed);
         self.batches.store(totals.batches, Ordering::Relaxed);
         if let Some(us) = totals.last_event_us {
@@ -300,6 +305,7 @@ impl StreamMetrics {
             last_check: mark.at.map(|t| t.to_rfc3339()),
             rows_written: self.rows_written.load(Ordering::Relaxed),
             rejects: self.rejects.load(Ordering::Relaxed),
+            filtered: self.filtered.load(Ordering::Relaxed),
             bytes_in: self.bytes_in.load(Ordering::Relaxed),
             batches: self.batches.load(Ordering::Relaxed),
             last_event_time: (last != i64::MIN)

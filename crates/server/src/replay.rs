@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use sluice_connectors::kinesis::KinesisStart;
+use sluice_connectors::transform;
 use sluice_connectors::workspace::{LedgerEvent, ReplayRequest, Workspace};
 use sluice_connectors::{SourceConfig, StreamConfig};
 use sluice_core::batch::now_us;
@@ -78,7 +79,9 @@ async fn decode_again(workspace: &Workspace, config: &StreamConfig, events: Vec<
     if events.is_empty() {
         return Ok(json!({ "from": "ledger", "events": 0, "rows": 0, "rejected_again": 0 }));
     }
-    let (checkpoint, mut decoder) = reload(workspace.state(), None, config).await?;
+    let (checkpoint, decoder) = reload(workspace.state(), None, config).await?;
+    // Ledger rows were written after the field rules: they are not applied a second time.
+    let mut decoder = decoder.with_transform(transform::build_for_ledger(config.transform.as_ref())?);
     let received_us = now_us();
     let replayed: Vec<i64> = events.iter().map(|e| e.position).collect();
     let records = events
@@ -93,6 +96,7 @@ async fn decode_again(workspace: &Workspace, config: &StreamConfig, events: Vec<
     let (events, rows, rejected_again) = (decoded.events, decoded.rows, decoded.rejects.len());
     let mut totals = checkpoint.totals.clone();
     totals.rows_written += decoded.rows;
+    totals.filtered += decoded.filtered;
     totals.rejects += decoded.rejects.len() as u64;
     totals.batches += 1;
     let unit = WriteUnit {

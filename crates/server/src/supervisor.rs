@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_connectors::DeliverySink;
+use sluice_connectors::transform;
 use sluice_connectors::workspace::{StoredStream, Workspace, WorkspaceState};
 use sluice_connectors::{SourceContext, SourceHandle, StreamConfig, build_source};
 use sluice_core::pipeline::{self, Stream};
@@ -548,10 +549,14 @@ pub(crate) async fn reload(
         {
             schemas.insert(template.clone(), schema);
         }
-        let decoder = Decoder::new(template, config.metadata.clone(), schemas).with_changes(changes);
+        let decoder = Decoder::new(template, config.metadata.clone(), schemas)
+            .with_changes(changes)
+            .with_transform(transform::build(config.transform.as_ref())?);
         return Ok((checkpoint, decoder));
     }
     let resume = state.resume(&config.name, &config.table).await?;
-    let decoder = Decoder::new(config.table.clone(), config.metadata.clone(), resume.schemas).with_changes(changes);
+    let decoder = Decoder::new(config.table.clone(), config.metadata.clone(), resume.schemas)
+        .with_changes(changes)
+        .with_transform(transform::build(config.transform.as_ref())?);
     Ok((resume.checkpoint, decoder))
 }

@@ -50,3 +50,4 @@ mod schema;
 mod soak;
 mod sql_access;
 mod sql_limits;
+mod transforms;

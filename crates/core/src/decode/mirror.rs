@@ -65,6 +65,13 @@ impl Decoder {
                 return Err(Error::new(ErrorKind::Fatal, "nested raw payload"));
             }
         };
+        // The stream's field rules apply to the change; with masks, its raw event is not kept.
+        let (change, event) = match &self.transform {
+            Some(t) if !t.mapping.is_empty() => {
+                (t.mapping.change(change), if t.mapping.masks() { None } else { event })
+            }
+            _ => (change, event),
+        };
         let keys = if self.changes.keys.is_empty() { &change.keys } else { &self.changes.keys };
         let truncate = change.op == ChangeOp::Truncate;
         let problem = if truncate {

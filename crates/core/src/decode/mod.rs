@@ -11,6 +11,7 @@ mod copy;
 mod metadata;
 mod mirror;
 mod names;
+mod transformed;
 
 use std::collections::HashMap;
 
@@ -28,6 +29,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::format::json::{Event, body_events, message_events};
 use crate::rejects::Rejects;
 use crate::schema::{Column, ColumnType, Fit, SchemaChange, TableSchema, fit, kind_of};
+use crate::transform::Transform;
 use column::ColumnBuilder;
 use mirror::Declared;
 
@@ -53,6 +55,8 @@ pub struct Decoded {
     pub last_sequence: i64,
     /// The sequence of each record's last event, in record order.
     pub record_ends: Vec<i64>,
+    /// Events the transform's filter skipped.
+    pub filtered: u64,
 }
 
 /// Turns records into batches, holding each destination table's schema between calls.
@@ -62,13 +66,20 @@ pub struct Decoder {
     metadata: MetadataConfig,
     changes: ChangeConfig,
     schemas: HashMap<String, TableSchema>,
+    transform: Option<std::sync::Arc<Transform>>,
 }
 
 impl Decoder {
     /// A decoder for `table` (a name, or a template where `*` is the record's route), starting
     /// from the schemas the destination already has.
     pub fn new(table: String, metadata: MetadataConfig, schemas: HashMap<String, TableSchema>) -> Self {
-        Self { table, metadata, changes: ChangeConfig::default(), schemas }
+        Self { table, metadata, changes: ChangeConfig::default(), schemas, transform: None }
+    }
+
+    /// The same decoder with a transform between the events and the tables.
+    pub fn with_transform(mut self, transform: Option<std::sync::Arc<Transform>>) -> Self {
+        self.transform = transform;
+        self
     }
 
     /// The same decoder in another mode (mirror) or format (Debezium).
@@ -116,8 +127,24 @@ impl Decoder {
                 let ctx = Ctx { table: &table, meta: &record.meta, seq };
                 for (field, earlier) in duplicates {
                     let reason = "duplicate field name in one object: the later value was kept";
-                    out.rejects.push(ctx.reject(Some(&field), None, earlier.to_string(), reason));
+                    let value = match &self.transform {
+                        Some(t) => t.mapping.ledger_value(&field, &earlier),
+                        None => earlier.to_string(),
+                    };
+                    out.rejects.push(ctx.reject(Some(&field), None, value, reason));
                 }
+                let (payload, routed) = match &self.transform {
+                    Some(t) => match self.transform_event(t, payload, &record.meta) {
+                        Ok(done) => done,
+                        Err((raw, reason)) => {
+                            out.rejects.push(ctx.reject(None, None, raw, reason));
+                            continue;
+                        }
+                    },
+                    None => (payload, None),
+                };
+                let table = routed.as_deref().unwrap_or(&table);
+                let ctx = Ctx { table, meta: &record.meta, seq };
                 if self.changes.mode == Mode::Mirror {
                     match change::keyed_pair(self.changes.format, payload) {
                         (Some(key), value) => {
@@ -130,7 +157,7 @@ impl Decoder {
                     }
                     continue;
                 }
-                let builder = self.builder(&table, &mut builders, &mut order);
+                let builder = self.builder(table, &mut builders, &mut order);
                 match payload {
                     Payload::Json(Value::Object(map)) => {
                         builder.push_event(&ctx, &self.metadata, &map, Declared::default(), &mut out.rejects);
@@ -156,7 +183,7 @@ impl Decoder {
         let mut pending = Pending::default();
         for table in order {
             let Some(builder) = builders.remove(&table) else { continue };
-            let (write, schema, empty) = builder.finish(&table)?;
+            let (write, schema, empty) = builder.finish_transformed(&table, &mut out)?;
             for reject in empty {
                 out.rejects.push(reject);
             }
@@ -179,7 +206,7 @@ impl Decoder {
         if !builders.contains_key(table) {
             order.push(table.to_string());
             let schema = self.schemas.get(table).cloned().unwrap_or_default();
-            builders.insert(table.to_string(), TableBuilder::new(schema));
+            builders.insert(table.to_string(), TableBuilder::new(schema).with_transform(self.transform.clone()));
         }
         builders.get_mut(table).expect("inserted above")
     }
@@ -212,6 +239,8 @@ struct TableBuilder {
     mirror: Option<MirrorWrite>,
     /// Snapshot rows (from a `COPY`) are in this batch.
     snapshot: Option<SnapshotWrite>,
+    /// The stream's transform, and what it needs kept per batch.
+    transform: Option<transformed::Kept>,
 }
 
 impl TableBuilder {
@@ -227,6 +256,7 @@ impl TableBuilder {
             empty_rows: Vec::new(),
             mirror: None,
             snapshot: None,
+            transform: None,
         }
     }
 
@@ -238,6 +268,7 @@ impl TableBuilder {
         declared: Declared<'_>,
         rejects: &mut Rejects,
     ) {
+        self.keep_row(ctx);
         self.push_metadata(ctx, metadata, rejects);
         self.path.clear();
         self.walk(ctx, map, 0, declared, rejects);
@@ -335,7 +366,10 @@ impl TableBuilder {
                     rejects.push(ctx.reject(Some(name), None, value.to_string(), reason));
                     return;
                 }
-                Some(ty) => self.column(name, ty),
+                Some(ty) => {
+                    let declared = self.transform.as_ref().and_then(|t| t.transform.mapping.declared(name));
+                    self.column(name, declared.unwrap_or(ty))
+                }
                 // A field seen only as null gets its column once a typed value arrives.
                 None => return,
             },

@@ -80,10 +80,11 @@ fn render_syncs(out: &mut String, names: &[String], runs: &HashMap<String, RunSu
 type Getter = fn(&MetricsSnapshot) -> f64;
 
 fn render(streams: &[(String, MetricsSnapshot)]) -> String {
-    let families: [(&str, &str, &str, Getter); 14] = [
+    let families: [(&str, &str, &str, Getter); 15] = [
         ("sluice_stream_events_in_total", "counter", "Events received.", |m| m.events_in as f64),
         ("sluice_stream_rows_written_total", "counter", "Rows written to tables.", |m| m.rows_written as f64),
         ("sluice_stream_rejects_total", "counter", "Rows added to the rejects ledger.", |m| m.rejects as f64),
+        ("sluice_stream_filtered_total", "counter", "Events a transform's filter skipped.", |m| m.filtered as f64),
         ("sluice_stream_bytes_in_total", "counter", "Payload bytes received.", |m| m.bytes_in as f64),
         ("sluice_stream_batches_total", "counter", "Batches committed.", |m| m.batches as f64),
         ("sluice_stream_messages_per_second", "gauge", "Events per second over the last 10 s.", |m| m.messages_per_sec),

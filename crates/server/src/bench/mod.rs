@@ -53,7 +53,22 @@ pub struct BenchArgs {
     /// to measure what watching costs the pipeline (compare with a run without).
     #[arg(long, default_value_t = 0)]
     pub feed_clients: usize,
+    /// The stream's `transform` (JSON, as in a stream's config); rows its filter skips count
+    /// as stored. `--transform default` is the bench's own: five field rules, a mask, a
+    /// computed column and a filter that skips 1% of the events.
+    #[arg(long)]
+    pub transform: Option<String>,
 }
+
+/// `--transform default`: a mapping of five fields, a mask, a computed column and a filter.
+const BENCH_TRANSFORM: &str = r#"{"fields": [
+    {"field": "kind", "rename": "event_kind"},
+    {"field": "session", "drop": true},
+    {"field": "page.referrer", "drop": true},
+    {"field": "device.browser", "rename": "browser"},
+    {"field": "user.country", "mask": "hash"},
+    {"field": "amount_x2", "sql": "amount * 2"}
+  ], "filter": "event_id % 100 <> 0"}"#;
 
 /// Run the benchmark and print the report.
 pub async fn run(args: BenchArgs) -> Result<(), String> {
@@ -95,21 +110,38 @@ async fn bench(args: &BenchArgs, dir: &Path) -> Result<Report, String> {
         .map(serde_json::from_str::<Value>)
         .transpose()
         .map_err(|e| format!("--destination: {e}"))?;
-    let key = match &destination {
-        None => server.create_stream(&http, "bench").await?,
-        Some(d) => {
-            let mut config = json!({"name": "bench", "table": "bench", "destination": d});
-            if let Some(stage) = &args.stage {
-                config["stage"] = serde_json::from_str(stage).map_err(|e| format!("--stage: {e}"))?;
-            }
-            let body = server.create(&http, config).await?;
-            body["push_key"].as_str().map(str::to_string).ok_or_else(|| format!("create failed: {body}"))?
+    let transform = match args.transform.as_deref() {
+        None => None,
+        Some("default") => Some(BENCH_TRANSFORM),
+        Some(other) => Some(other),
+    }
+    .map(serde_json::from_str::<Value>)
+    .transpose()
+    .map_err(|e| format!("--transform: {e}"))?;
+    let key = {
+        let mut config = json!({"name": "bench", "table": "bench"});
+        if let Some(d) = &destination {
+            config["destination"] = d.clone();
         }
+        if let Some(stage) = &args.stage {
+            config["stage"] = serde_json::from_str(stage).map_err(|e| format!("--stage: {e}"))?;
+        }
+        if let Some(t) = &transform {
+            config["transform"] = t.clone();
+        }
+        let body = server.create(&http, config).await?;
+        body["push_key"].as_str().map(str::to_string).ok_or_else(|| format!("create failed: {body}"))?
     };
     // Rows in the table: the workspace's count, or what the stream says it wrote to the
     // destination (a push is answered only after its rows are committed there).
+    // Events a transform's filter skipped count as stored.
     let stored_rows = async |server: &ServerProcess| -> Result<i64, String> {
-        if destination.is_some() { server.written(&http, "bench").await } else { server.count(&http, "bench").await }
+        let rows = if destination.is_some() {
+            server.written(&http, "bench").await
+        } else {
+            server.count(&http, "bench").await
+        };
+        Ok(rows? + if transform.is_some() { server.filtered(&http, "bench").await? } else { 0 })
     };
     let bodies: Arc<Vec<String>> = Arc::new(lines.chunks(args.batch).map(|c| c.join("\n")).collect());
     drop(lines);
@@ -331,9 +363,12 @@ impl ServerProcess {
         format!("{}/api/streams/{stream}/push", self.base)
     }
 
-    async fn create_stream(&self, http: &reqwest::Client, name: &str) -> Result<String, String> {
-        let body = self.create(http, json!({"name": name, "table": name})).await?;
-        body["push_key"].as_str().map(str::to_string).ok_or_else(|| format!("create failed: {body}"))
+    /// Events the stream's transform skipped.
+    async fn filtered(&self, http: &reqwest::Client, stream: &str) -> Result<i64, String> {
+        let url = format!("{}/api/streams/{stream}/metrics", self.base);
+        let m: Value =
+            http.get(url).send().await.map_err(|e| e.to_string())?.json().await.map_err(|e| e.to_string())?;
+        m["filtered"].as_i64().ok_or_else(|| format!("no filtered in {m}"))
     }
 
     async fn create(&self, http: &reqwest::Client, stream: Value) -> Result<Value, String> {

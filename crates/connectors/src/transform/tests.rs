@@ -1,0 +1,100 @@
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, Float64Array, Int64Array, StringArray};
+use arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema};
+use arrow::record_batch::RecordBatch;
+use sluice_core::transform::{FieldRule, Rule, TransformConfig};
+
+use super::{build, check};
+
+fn config(json: serde_json::Value) -> TransformConfig {
+    serde_json::from_value(json).unwrap()
+}
+
+fn batch() -> RecordBatch {
+    let schema = Schema::new(vec![
+        Field::new("price", DataType::Float64, true),
+        Field::new("qty", DataType::Int64, true),
+        Field::new("kind", DataType::Utf8, true),
+        Field::new("code", DataType::Utf8, true),
+    ]);
+    RecordBatch::try_new(
+        Arc::new(schema),
+        vec![
+            Arc::new(Float64Array::from(vec![Some(2.5), Some(1.0), None, Some(4.0)])),
+            Arc::new(Int64Array::from(vec![Some(2), Some(3), Some(1), Some(-1)])),
+            Arc::new(StringArray::from(vec![Some("sale"), Some("test"), Some("sale"), Some("sale")])),
+            Arc::new(StringArray::from(vec![Some("1"), Some("2"), Some("x"), Some("4")])),
+        ],
+    )
+    .unwrap()
+}
+
+#[test]
+fn expressions_compute_filter_and_validate_a_batch_row_for_row() {
+    let c = config(serde_json::json!({
+        "fields": [
+            {"field": "total", "sql": "price * qty"},
+            {"field": "label", "sql": "upper(kind) || '-' || coalesce(discount, 0)"},
+        ],
+        "filter": "kind <> 'test'",
+        "validate": [{"name": "positive_qty", "sql": "qty > 0"}, {"name": "priced", "sql": "price IS NOT NULL"}],
+    }));
+    let t = build(Some(&c)).unwrap().unwrap();
+    let (e, errors) = t.evaluate(&batch()).unwrap().unwrap();
+    assert!(errors.is_empty());
+    let total = e.computed[0].as_primitive::<Float64Type>();
+    assert_eq!((total.value(0), total.value(1)), (5.0, 3.0));
+    assert!(total.is_null(2), "NULL price gives a NULL total");
+    // `discount` is in no row yet: it reads as NULL.
+    assert_eq!(e.computed[1].as_string::<i32>().value(0), "SALE-0");
+    let keep = e.keep.unwrap();
+    assert_eq!((0..4).map(|i| keep.value(i)).collect::<Vec<_>>(), vec![true, false, true, true]);
+    let failed = e.failed.unwrap();
+    assert!(failed.is_null(0) && failed.is_null(1));
+    assert_eq!(failed.value(2), 1, "row 2 has no price");
+    assert_eq!(failed.value(3), 0, "row 3 has a negative qty");
+}
+
+#[test]
+fn a_value_an_expression_cannot_take_fails_only_its_row() {
+    let c = TransformConfig {
+        fields: vec![FieldRule {
+            field: "n".into(),
+            sql: Some("CAST(code AS BIGINT) * 10".into()),
+            ..FieldRule::default()
+        }],
+        ..TransformConfig::default()
+    };
+    let t = build(Some(&c)).unwrap().unwrap();
+    let (e, errors) = t.evaluate(&batch()).unwrap().unwrap();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].0, 2);
+    assert!(errors[0].1.contains("Conversion"), "{}", errors[0].1);
+    let n = e.computed[0].as_primitive::<Int64Type>();
+    assert_eq!((n.value(0), n.value(1), n.value(3)), (10, 20, 40));
+    assert!(n.is_null(2));
+}
+
+#[test]
+fn bad_expressions_are_refused_with_the_field_and_the_place() {
+    let syntax = config(serde_json::json!({"filter": "kind = = 'x'"}));
+    let e = check(&syntax).unwrap_err().to_string();
+    assert!(e.starts_with("transform.filter:") && e.contains("at character"), "{e}");
+    let unknown = config(serde_json::json!({"validate": [{"name": "r", "sql": "no_such_fn(qty)"}]}));
+    let e = check(&unknown).unwrap_err().to_string();
+    assert!(e.starts_with("transform.validate[0].sql:") && e.contains("no_such_fn"), "{e}");
+    let sub = config(serde_json::json!({"fields": [{"field": "x", "sql": "(SELECT 1)"}]}));
+    assert!(check(&sub).unwrap_err().to_string().contains("subquery"));
+    let two = config(serde_json::json!({"filter": "1; DROP TABLE scratch"}));
+    assert!(check(&two).unwrap_err().to_string().starts_with("transform.filter:"));
+    let from = config(serde_json::json!({"filter": "1 FROM scratch"}));
+    assert!(check(&from).unwrap_err().to_string().contains("one SQL expression"));
+    let file = config(serde_json::json!({"filter": "length(read_text('/etc/passwd')) > 0"}));
+    assert!(check(&file).is_err(), "no table function, no file");
+    let ok = TransformConfig {
+        validate: vec![Rule { name: "r".into(), sql: "qty > 0".into() }],
+        ..TransformConfig::default()
+    };
+    check(&ok).unwrap();
+}
