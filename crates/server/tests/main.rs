@@ -16,6 +16,7 @@ mod api;
 mod auth;
 mod connections;
 mod crash;
+mod custom_sql;
 mod debezium_capture;
 mod debezium_fidelity;
 mod debezium_real;

@@ -116,3 +116,42 @@ fn take(batch: &RecordBatch, indices: &[usize]) -> Result<RecordBatch> {
 fn arrow_error(e: arrow::error::ArrowError) -> Error {
     Error::new(ErrorKind::Fatal, "could not build a mirror delivery").with_source(e)
 }
+
+/// Every change of a table's write in source order, with its op (`c`, `u`, `d`, `r`) in
+/// [`super::OP_COLUMN`]: what custom SQL runs over. An append's rows are inserts; a truncate,
+/// which has no row, is left out.
+pub(crate) fn changes(stream: &str, write: &TableWrite) -> Result<Delivery> {
+    let data = &write.data;
+    let (rows, ops): (Vec<usize>, Vec<&str>) = match &write.mirror {
+        None => ((0..data.num_rows()).collect(), vec!["c"; data.num_rows()]),
+        Some(m) => (0..data.num_rows())
+            .filter(|i| m.ops[*i] != ChangeOp::Truncate)
+            .map(|i| {
+                let op = match m.ops[i] {
+                    ChangeOp::Insert => "c",
+                    ChangeOp::Delete => "d",
+                    ChangeOp::Snapshot => "r",
+                    ChangeOp::Update | ChangeOp::Upsert | ChangeOp::Truncate => "u",
+                };
+                (i, op)
+            })
+            .unzip(),
+    };
+    let base = take(data, &rows)?;
+    let mut fields: Vec<Field> = base.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    let mut columns = base.columns().to_vec();
+    fields.push(Field::new(super::OP_COLUMN, DataType::Utf8, false));
+    columns.push(Arc::new(StringArray::from(ops)));
+    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(arrow_error)?;
+    Ok(Delivery {
+        sync: stream.to_string(),
+        run_id: String::new(),
+        mode: SyncMode::Append,
+        keys: write.mirror.as_ref().map(|m| m.keys.clone()).unwrap_or_default(),
+        schema: batch.schema(),
+        rows: vec![batch],
+        deletes: Vec::new(),
+        table: Some(write.table.clone()),
+        copy: None,
+    })
+}

@@ -44,7 +44,12 @@ pub struct DeliverySink {
     /// A push stream's idempotency keys, to give back those a crash kept from the workspace.
     push_keys: Option<KeyMemory>,
     metrics: Arc<StreamMetrics>,
+    /// The destination runs custom SQL: it gets every change, with its op.
+    changes: bool,
 }
+
+/// The column that carries a change's op (`c`, `u`, `d`, `r`) to custom SQL.
+pub(crate) const OP_COLUMN: &str = "__op";
 
 /// What a destination keeps as a stream's stamp: the checkpoint, and the push keys of the
 /// unit it came with.
@@ -77,7 +82,8 @@ impl DeliverySink {
             tokio::spawn(upkeep);
         }
         let stamps = !matches!(config, DestinationConfig::Http(_));
-        Ok(Self { stream: stream.to_string(), destination, stamps, workspace, push_keys: None, metrics })
+        let changes = matches!(config, DestinationConfig::Postgres(c) if c.custom_sql.is_some());
+        Ok(Self { stream: stream.to_string(), destination, stamps, workspace, push_keys: None, metrics, changes })
     }
 
     /// Make the destination forget where `stream` stands (it is removed, or starts over from
@@ -157,6 +163,10 @@ impl DeliverySink {
     fn deliveries(&self, unit: &WriteUnit) -> Result<Vec<Delivery>> {
         let mut out = Vec::with_capacity(unit.tables.len());
         for table in &unit.tables {
+            if self.changes {
+                out.push(mirror::changes(&self.stream, table)?);
+                continue;
+            }
             if let Some(mirror) = &table.mirror {
                 out.extend(mirror::deliveries(&self.stream, table, mirror)?);
                 continue;

@@ -6,6 +6,7 @@
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use sluice_core::transform::CustomSql;
 use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Secret, Stamp};
 
 use super::apply::apply;
@@ -48,6 +49,12 @@ pub struct PostgresTableConfig {
     /// A read-only connection cannot be a destination; turn this off to let syncs write.
     #[serde(default)]
     pub read_only: bool,
+    /// A stream's own SQL in place of Sluice's insert or merge: blocks of
+    /// `-- @sql key=<source table> [dependsOn=<key>,…]` … `-- @end`, run for each event of their
+    /// table in the unit's transaction, parents first; `{column}` is a bind variable and
+    /// `{debezium_cdc_op}` the change's op (`c`, `u`, `d`, `r`). Tables are not created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_sql: Option<String>,
 }
 
 fn default_port() -> u16 {
@@ -66,6 +73,9 @@ impl PostgresTableConfig {
         }
         if self.schema_is_template() {
             return Err(Error::config("destination.schema", "a template ([db], [schema], [table], *) is for streams"));
+        }
+        if self.custom_sql.is_some() {
+            return Err(Error::config("destination.custom_sql", "custom SQL is for streams"));
         }
         self.validate_connection()
     }
@@ -98,6 +108,9 @@ impl PostgresTableConfig {
             ));
         }
         validate_tls("destination", self.sslmode, self.sslrootcert.as_deref())?;
+        if let Some(sql) = &self.custom_sql {
+            CustomSql::parse(sql).map_err(|e| Error::config("destination.custom_sql", e))?;
+        }
         if self.read_only {
             return Err(Error::config(
                 "destination.read_only",
@@ -239,9 +252,19 @@ impl PostgresTarget {
         let places: Vec<(String, String)> =
             deliveries.iter().map(|d| self.locate(d.table.as_deref().unwrap_or(&self.config.table))).collect();
         let templated = self.config.schema_is_template();
+        let custom = self
+            .config
+            .custom_sql
+            .as_deref()
+            .map(CustomSql::parse)
+            .transpose()
+            .map_err(|e| Error::config("destination.custom_sql", e))?;
         let client = open(&self.config, &mut self.session).await?;
         let tx = client.transaction().await.map_err(sql_error)?;
-        for ((schema, name), delivery) in places.iter().zip(deliveries) {
+        if let Some(custom) = &custom {
+            super::custom::run(&tx, custom, deliveries).await?;
+        }
+        for ((schema, name), delivery) in places.iter().zip(deliveries).filter(|_| custom.is_none()) {
             if templated && !self.schemas.contains(schema) {
                 let sql = format!("CREATE SCHEMA IF NOT EXISTS {}", Dialect::Postgres.quote(schema));
                 tx.batch_execute(&sql).await.map_err(sql_error)?;

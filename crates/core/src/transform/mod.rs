@@ -8,6 +8,7 @@
 //! halving the batch, and goes to the ledger with DuckDB's message.
 
 mod config;
+mod custom_sql;
 mod mapping;
 mod route;
 
@@ -18,6 +19,7 @@ use arrow::datatypes::{DataType, TimeUnit};
 use arrow::record_batch::RecordBatch;
 
 pub use config::{FieldRule, FieldType, Mask, Rule, TransformConfig};
+pub use custom_sql::{Block, CustomSql, Param};
 pub use mapping::{Mapping, REDACTED, lookup};
 pub use route::Route;
 
