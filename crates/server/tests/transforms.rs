@@ -182,6 +182,41 @@ async fn events_are_routed_by_a_field_to_tables_and_unroutable_ones_go_to_the_le
 }
 
 #[tokio::test]
+async fn a_script_modifies_and_skips_events_and_its_columns_evolve_the_table() {
+    let dir = DataDir::new("transform-script");
+    let server = Server::start(&dir.0).await;
+    let transform = json!({
+        "script": "SELECT * EXCLUDE (code) REPLACE (lower(email) AS email), CAST(code AS INTEGER) AS code_n, \
+                   qty * price AS total FROM event WHERE coalesce(kind, '') <> 'test'",
+        "fields": [{"field": "big", "sql": "total > 100"}],
+    });
+    let key = server.create_stream(json!({"name": "s", "table": "sales", "transform": transform})).await;
+    let first = json!([
+        {"email": "A@X.IO", "code": "7", "qty": 2, "price": 10.5, "kind": "sale"},
+        {"email": "T@X.IO", "code": "1", "qty": 1, "price": 1.0, "kind": "test"},
+        {"email": "C@X.IO", "code": "x7", "qty": 1, "price": 1.0, "kind": "sale"},
+        {"email": "B@Y.IO", "code": "9", "qty": 1, "price": 500.0, "kind": "sale"},
+    ]);
+    assert_eq!(server.push("s", &key, first.to_string()).await.0, 202);
+    // A field that appears later becomes a column through the script's `*`.
+    let second = json!([{"email": "D@Z.IO", "code": "3", "qty": 3, "price": 1.5, "kind": "sale", "note": "late"}]);
+    assert_eq!(server.push("s", &key, second.to_string()).await.0, 202);
+    wait_until("the script's rows", Duration::from_secs(30), || async {
+        crate::kafka::rows(&server, "sales").await == 3
+    })
+    .await;
+    let rows = server.lines("SELECT email || '|' || code_n || '|' || total || '|' || big || '|' || coalesce(note, '-') FROM sales ORDER BY email").await;
+    assert_eq!(rows, ["a@x.io|7|21.0|false|-", "b@y.io|9|500.0|true|-", "d@z.io|3|4.5|false|late"]);
+    let columns = server.lines("SELECT column_name FROM information_schema.columns WHERE table_name = 'sales'").await;
+    assert!(!columns.contains(&"code".to_string()), "{columns:?}");
+    let ledger = server.lines("SELECT reason FROM sluice.rejects").await;
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    assert!(ledger[0].starts_with("script: Conversion Error"), "{ledger:?}");
+    let (_, metrics) = server.get("/api/streams/s/metrics").await;
+    assert_eq!(metrics["filtered"], 1, "the test event: {metrics}");
+}
+
+#[tokio::test]
 async fn bad_transforms_are_refused_when_the_stream_is_saved() {
     let dir = DataDir::new("transform-refused");
     let server = Server::start(&dir.0).await;
@@ -191,6 +226,7 @@ async fn bad_transforms_are_refused_when_the_stream_is_saved() {
         (json!({"fields": [{"field": "x", "sql": "(SELECT 42)"}]}), "transform.fields[0].sql", "subquery"),
         (json!({"fields": [{"field": "a", "drop": true, "rename": "b"}]}), "transform.fields[0].drop", "no other rule"),
         (json!({"route": "plain"}), "transform.route", "names no"),
+        (json!({"script": "SELECT * FROM read_text('/etc/passwd')"}), "transform.script", "table function"),
         (json!({"fields": [{"field": "a", "mask": "scramble"}]}), "scramble", "unknown variant"),
     ];
     for (transform, field, words) in cases {

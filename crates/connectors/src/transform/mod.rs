@@ -22,7 +22,7 @@ use crate::workspace::quote;
 /// is empty.
 pub fn build(config: Option<&TransformConfig>) -> Result<Option<Arc<Transform>>> {
     let Some(config) = config.filter(|c| !c.is_empty()) else { return Ok(None) };
-    let expressions = if config.expressions().is_empty() {
+    let expressions = if config.expressions().is_empty() && config.script.is_none() {
         None
     } else {
         Some(Box::new(SqlExpressions::new(config)?) as Box<dyn Expressions>)
@@ -43,7 +43,7 @@ pub fn build_for_ledger(config: Option<&TransformConfig>) -> Result<Option<Arc<T
 /// Check every expression of `config` with DuckDB's parser and binder; the error names the
 /// field and, for a syntax error, the character where it is.
 pub fn check(config: &TransformConfig) -> Result<()> {
-    if config.expressions().is_empty() {
+    if config.expressions().is_empty() && config.script.is_none() {
         return Ok(());
     }
     SqlExpressions::new(config).map(drop)
@@ -57,12 +57,16 @@ pub struct SqlExpressions {
     rules: Vec<String>,
     /// Every column an expression names, as written there.
     referenced: Vec<String>,
+    /// The script, and the columns it names.
+    script: Option<(String, Vec<String>)>,
 }
 
 struct Scratch {
     conn: Connection,
     /// The scratch table's columns as created: name and SQL type.
     columns: Vec<(String, String)>,
+    /// The script's input table's columns, and the columns its `event` view adds as NULLs.
+    script_columns: (Vec<(String, String)>, Vec<String>),
 }
 
 impl std::fmt::Debug for SqlExpressions {
@@ -101,12 +105,17 @@ impl SqlExpressions {
                 }
             }
         }
+        let script = match &config.script {
+            Some(sql) => Some((sql.clone(), script::parse(&conn, sql)?)),
+            None => None,
+        };
         let this = Self {
+            script,
             computed: config.fields.iter().filter_map(|f| f.sql.clone()).collect(),
             filter: config.filter.clone(),
             rules: config.validate.iter().map(|r| r.sql.clone()).collect(),
             referenced,
-            conn: Mutex::new(Scratch { conn, columns: Vec::new() }),
+            conn: Mutex::new(Scratch { conn, columns: Vec::new(), script_columns: Default::default() }),
         };
         // Bind every expression against its columns as NULLs: unknown functions and wrong
         // argument counts are refused now, not on the first batch.
@@ -193,10 +202,9 @@ impl Expressions for SqlExpressions {
         }
         let sql = self.query(&present);
         let mut stmt = scratch.conn.prepare(&sql).map_err(db_error)?;
-        let batches: Vec<RecordBatch> = stmt.query_arrow([]).map_err(db_error)?.collect();
-        let out = match batches.first() {
-            Some(first) => arrow::compute::concat_batches(&first.schema(), &batches)
-                .map_err(|e| Error::new(ErrorKind::Fatal, "could not join results").with_source(e))?,
+        let out = collect(&mut stmt)?;
+        let out = match out {
+            Some(out) => out,
             None => return Err(Error::new(ErrorKind::Fatal, "the expressions returned nothing")),
         };
         if out.num_rows() != batch.num_rows() {
@@ -211,6 +219,25 @@ impl Expressions for SqlExpressions {
         let failed = (!self.rules.is_empty()).then(|| out.column(next).as_primitive::<Int32Type>().clone());
         Ok(Evaluated { computed, keep, failed })
     }
+
+    fn script(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        self.run_script(batch)
+    }
+}
+
+/// A statement's result as one batch; `None` when it has no columns.
+fn collect(stmt: &mut duckdb::Statement<'_>) -> Result<Option<RecordBatch>> {
+    let batches: Vec<RecordBatch> = stmt.query_arrow([]).map_err(db_error)?.collect();
+    let schema = match batches.first() {
+        Some(first) => first.schema(),
+        None => match stmt.schema() {
+            schema if schema.fields().is_empty() => return Ok(None),
+            schema => schema,
+        },
+    };
+    arrow::compute::concat_batches(&schema, &batches)
+        .map(Some)
+        .map_err(|e| Error::new(ErrorKind::Fatal, "could not join results").with_source(e))
 }
 
 /// Parse `SELECT <sql>` and return the columns it names; refuse subqueries and anything but
@@ -264,9 +291,10 @@ fn walk(node: &Value, columns: &mut Vec<String>) -> std::result::Result<(), Stri
     }
 }
 
-fn first_line(message: &str) -> String {
+pub(super) fn first_line(message: &str) -> String {
     message.lines().next().unwrap_or(message).to_string()
 }
 
+mod script;
 #[cfg(test)]
 mod tests;

@@ -98,3 +98,29 @@ fn bad_expressions_are_refused_with_the_field_and_the_place() {
     };
     check(&ok).unwrap();
 }
+
+#[test]
+fn a_script_modifies_and_skips_events_and_a_bad_one_is_refused_at_save() {
+    let c = config(serde_json::json!({
+        "script": "SELECT * EXCLUDE (code) REPLACE (upper(kind) AS kind), price * qty AS total, \
+                   coalesce(discount, 0) AS discount FROM event WHERE kind <> 'test'",
+    }));
+    let t = build(Some(&c)).unwrap().unwrap();
+    let (out, errors) = t.run_script(&batch()).unwrap().unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    let out = out.unwrap();
+    assert_eq!(out.num_rows(), 3);
+    let names: Vec<String> = out.schema().fields().iter().map(|f| f.name().clone()).collect();
+    // `discount` is in no event yet: the view has it as NULL, so `*` brings it too.
+    assert_eq!(names, ["price", "qty", "kind", "discount", "total", "discount"]);
+    assert_eq!(out.column(2).as_string::<i32>().value(0), "SALE");
+    for (sql, words) in [
+        ("SELECT * FROM read_csv('/etc/passwd')", "table function"),
+        ("SELECT no_such_fn(a) FROM event", "no_such_fn"),
+        ("DELETE FROM event", "transform.script"),
+        ("SELECT * FROM event; SELECT 1", "one SELECT"),
+    ] {
+        let e = check(&config(serde_json::json!({"script": sql}))).unwrap_err().to_string();
+        assert!(e.contains(words), "{sql}: {e}");
+    }
+}

@@ -11,6 +11,7 @@ mod copy;
 mod metadata;
 mod mirror;
 mod names;
+mod script;
 mod transformed;
 
 use std::collections::HashMap;

@@ -20,9 +20,9 @@ use crate::transform::{Transform, cast_to, column_type_of};
 pub(super) struct Kept {
     pub(super) transform: Arc<Transform>,
     /// The table's schema before this batch: a batch whose rows are all skipped leaves it.
-    original: TableSchema,
+    pub(super) original: TableSchema,
     /// Per row: its sequence, receive time and source coordinates, for ledger rows.
-    rows: Vec<(i64, i64, Option<Value>)>,
+    pub(super) rows: Vec<(i64, i64, Option<Value>)>,
 }
 
 /// What the ledger keeps of an event it may not see whole.
@@ -98,13 +98,23 @@ impl TableBuilder {
         out: &mut Decoded,
     ) -> Result<(Option<TableWrite>, TableSchema, Vec<Reject>)> {
         let kept = self.transform.take();
-        let (write, schema, rejects) = self.finish(table)?;
-        match (kept, write) {
-            (Some(kept), Some(write)) if kept.transform.expressions.is_some() => {
-                evaluate(kept, write, schema, rejects, out)
+        let (write, schema, mut rejects) = self.finish(table)?;
+        let (mut kept, write) = match (kept, write) {
+            (Some(kept), Some(write)) if kept.transform.expressions.is_some() => (kept, write),
+            (_, write) => return Ok((write, schema, rejects)),
+        };
+        let (write, schema) = if kept.transform.scripted {
+            match super::script::apply(&mut kept, write, &mut rejects, out)? {
+                Some(done) => done,
+                None => return Ok((None, kept.original, rejects)),
             }
-            (_, write) => Ok((write, schema, rejects)),
+        } else {
+            (write, schema)
+        };
+        if !kept.transform.evaluates() {
+            return Ok((Some(write), schema, rejects));
         }
+        evaluate(kept, write, schema, rejects, out)
     }
 }
 
@@ -145,8 +155,9 @@ fn evaluate(
             }
         };
         let field = Field::new(&schema.columns()[i].name, ty.arrow(), true);
-        if i < columns.len() {
-            (fields[i], columns[i]) = (field, array);
+        // By name: after a script the batch's columns are in the script's order.
+        if let Some(j) = fields.iter().position(|f| f.name().eq_ignore_ascii_case(field.name())) {
+            (fields[j], columns[j]) = (field, array);
         } else {
             fields.push(field);
             columns.push(array);
@@ -238,7 +249,7 @@ fn place(schema: &mut TableSchema, changes: &mut Vec<SchemaChange>, name: &str, 
 }
 
 /// One row as a JSON object, for the ledger.
-fn row_json(data: &RecordBatch, row: usize) -> String {
+pub(super) fn row_json(data: &RecordBatch, row: usize) -> String {
     let mut buf = Vec::new();
     let mut writer = arrow::json::LineDelimitedWriter::new(&mut buf);
     if writer.write(&data.slice(row, 1)).is_err() || writer.finish().is_err() {

@@ -30,6 +30,12 @@ pub struct TransformConfig {
     /// route as in `table`. An event without a usable value goes to the ledger.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
+    /// A DuckDB SELECT over each batch's events as the table `event`, run after the field
+    /// rules and before `filter`, `validate` and computed fields: what it returns is what is
+    /// written, so it can modify events (any expression as a column), skip them (`WHERE`) or
+    /// add columns. One row in gives at most one row out (no joins or aggregates over events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<String>,
 }
 
 /// What happens to one field.
@@ -125,13 +131,18 @@ const MAX_SQL: usize = 4096;
 impl TransformConfig {
     /// Whether anything is configured.
     pub fn is_empty(&self) -> bool {
-        self.fields.is_empty() && self.filter.is_none() && self.validate.is_empty() && self.route.is_none()
+        self.fields.is_empty()
+            && self.filter.is_none()
+            && self.validate.is_empty()
+            && self.route.is_none()
+            && self.script.is_none()
     }
 
     /// Whether a part that works on whole rows (filter, validation, computed columns, routes)
     /// is configured: those need append mode.
     pub fn has_row_rules(&self) -> bool {
         self.filter.is_some()
+            || self.script.is_some()
             || !self.validate.is_empty()
             || self.route.is_some()
             || self.fields.iter().any(|f| f.sql.is_some())
@@ -218,6 +229,11 @@ impl TransformConfig {
                 let problem = format!("must be an expression of 1-{MAX_SQL} characters");
                 return Err(Error::config(&format!("transform.validate[{i}].sql"), problem));
             }
+        }
+        if let Some(script) = &self.script
+            && (script.trim().is_empty() || script.len() > 4 * MAX_SQL)
+        {
+            return Err(Error::config("transform.script", format!("must be a SELECT of 1-{} characters", 4 * MAX_SQL)));
         }
         if let Some(route) = &self.route {
             super::route::Route::parse(route).map_err(|e| Error::config("transform.route", e))?;

@@ -42,6 +42,12 @@ pub trait Expressions: Send + Sync + fmt::Debug {
     /// Evaluate over `batch`; an error of kind `Data` is a value an expression could not take
     /// (the rows are then tried in halves).
     fn evaluate(&self, batch: &RecordBatch) -> Result<Evaluated>;
+
+    /// Run the stream's script over `batch`: the rows it returns. Errors as for `evaluate`.
+    fn script(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let _ = batch;
+        Err(Error::new(ErrorKind::Config, "this stream has no script"))
+    }
 }
 
 /// A row whose expressions failed: its index in the batch and DuckDB's message.
@@ -60,6 +66,8 @@ pub struct Transform {
     pub rules: Vec<String>,
     /// Whether a filter is set.
     pub filters: bool,
+    /// Whether a script is set.
+    pub scripted: bool,
     /// The SQL expressions, when any are set.
     pub expressions: Option<Box<dyn Expressions>>,
 }
@@ -76,8 +84,10 @@ impl Transform {
             .filter(|f| f.sql.is_some())
             .map(|f| (f.field.clone(), f.ty.map(FieldType::column)))
             .collect();
-        let needs =
-            config.filter.is_some() || !config.validate.is_empty() || config.fields.iter().any(|f| f.sql.is_some());
+        let needs = config.filter.is_some()
+            || config.script.is_some()
+            || !config.validate.is_empty()
+            || config.fields.iter().any(|f| f.sql.is_some());
         if needs && expressions.is_none() {
             return Err(Error::config("transform", "SQL expressions are set but nothing evaluates them"));
         }
@@ -87,6 +97,7 @@ impl Transform {
             computed,
             rules: config.validate.iter().map(|r| r.name.clone()).collect(),
             filters: config.filter.is_some(),
+            scripted: config.script.is_some(),
             expressions: if needs { expressions } else { None },
         })
     }
@@ -94,16 +105,62 @@ impl Transform {
     /// Evaluate the expressions over `batch`. Rows whose evaluation fails come back apart, with
     /// the error, and every other row's results are kept.
     pub fn evaluate(&self, batch: &RecordBatch) -> Result<Option<(Evaluated, Vec<RowError>)>> {
-        let Some(expressions) = &self.expressions else { return Ok(None) };
+        let Some(expressions) = self.expressions.as_ref().filter(|_| self.evaluates()) else { return Ok(None) };
         let mut parts: Vec<(usize, usize, Option<Evaluated>)> = Vec::new();
         let mut errors = Vec::new();
-        bisect(expressions.as_ref(), batch, 0, batch.num_rows(), &mut parts, &mut errors)?;
+        // A value an expression cannot take fails its row alone; an expression that no longer
+        // binds (a column's type changed) fails every row at once, with the reason.
+        halve(batch, 0, batch.num_rows(), &mut |slice, offset, len| match expressions.evaluate(slice) {
+            Ok(evaluated) => {
+                parts.push((offset, len, Some(evaluated)));
+                Ok(true)
+            }
+            Err(e) if e.kind() == ErrorKind::Data && len > 1 => Ok(false),
+            Err(e) if matches!(e.kind(), ErrorKind::Data | ErrorKind::Config) => {
+                parts.push((offset, len, None));
+                errors.extend((offset..offset + len).map(|row| (row, e.to_string())));
+                Ok(true)
+            }
+            Err(e) => Err(e),
+        })?;
         if parts.len() == 1
             && let Some((_, _, Some(whole))) = parts.pop()
         {
             return Ok(Some((whole, errors)));
         }
         Ok(Some((self.join(parts)?, errors)))
+    }
+
+    /// Whether computed columns, a filter or rules are set (a script alone evaluates nothing).
+    pub fn evaluates(&self) -> bool {
+        !self.computed.is_empty() || self.filters || !self.rules.is_empty()
+    }
+
+    /// Run the script over `batch`: its output, and the input rows whose run failed. `None`
+    /// without a script.
+    pub fn run_script(&self, batch: &RecordBatch) -> Result<Option<(Option<RecordBatch>, Vec<RowError>)>> {
+        let Some(expressions) = self.expressions.as_ref().filter(|_| self.scripted) else { return Ok(None) };
+        let mut outputs = Vec::new();
+        let mut errors = Vec::new();
+        halve(batch, 0, batch.num_rows(), &mut |slice, offset, len| match expressions.script(slice) {
+            Ok(out) => {
+                outputs.push(out);
+                Ok(true)
+            }
+            Err(e) if e.kind() == ErrorKind::Data && len > 1 => Ok(false),
+            Err(e) if matches!(e.kind(), ErrorKind::Data | ErrorKind::Config) => {
+                errors.extend((offset..offset + len).map(|row| (row, e.to_string())));
+                Ok(true)
+            }
+            Err(e) => Err(e),
+        })?;
+        let output = match outputs.first() {
+            None => None,
+            Some(first) => Some(arrow::compute::concat_batches(&first.schema(), &outputs).map_err(|e| {
+                Error::new(ErrorKind::Data, "the script returned other columns for other events").with_source(e)
+            })?),
+        };
+        Ok(Some((output, errors)))
     }
 
     /// Put evaluated ranges (and failed ones, as NULLs) back together in row order.
@@ -157,31 +214,21 @@ impl Transform {
     }
 }
 
-/// Evaluate rows `offset..offset + len`, halving a range whose evaluation fails on a value.
-fn bisect(
-    expressions: &dyn Expressions,
+/// Call `run` on rows `offset..offset + len`; where it answers false, on each half instead.
+fn halve(
     batch: &RecordBatch,
     offset: usize,
     len: usize,
-    parts: &mut Vec<(usize, usize, Option<Evaluated>)>,
-    errors: &mut Vec<RowError>,
+    run: &mut dyn FnMut(&RecordBatch, usize, usize) -> Result<bool>,
 ) -> Result<()> {
     if len == 0 {
         return Ok(());
     }
     let slice = if offset == 0 && len == batch.num_rows() { batch.clone() } else { batch.slice(offset, len) };
-    match expressions.evaluate(&slice) {
-        Ok(evaluated) => parts.push((offset, len, Some(evaluated))),
-        Err(e) if e.kind() == ErrorKind::Data && len == 1 => {
-            parts.push((offset, 1, None));
-            errors.push((offset, e.to_string()));
-        }
-        Err(e) if e.kind() == ErrorKind::Data => {
-            let half = len / 2;
-            bisect(expressions, batch, offset, half, parts, errors)?;
-            bisect(expressions, batch, offset + half, len - half, parts, errors)?;
-        }
-        Err(e) => return Err(e),
+    if !run(&slice, offset, len)? {
+        let half = len / 2;
+        halve(batch, offset, half, run)?;
+        halve(batch, offset + half, len - half, run)?;
     }
     Ok(())
 }

@@ -1,0 +1,167 @@
+//! A stream's script over a finished batch: what it returns is the batch, fitted to the
+//! table's schema as it was before the batch (new columns added, integers widened to
+//! doubles, other values cast to their column's type; a value that does not fit sends its
+//! row to the ledger).
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BooleanArray};
+use arrow::compute::CastOptions;
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+
+use super::MAX_COLUMNS;
+use super::transformed::{Kept, row_json};
+use crate::batch::{Reject, TableWrite};
+use crate::error::{Error, ErrorKind, Result};
+use crate::schema::{Column, ColumnType, SchemaChange, TableSchema};
+use crate::transform::column_type_of;
+
+/// Run the script over `write`; `None` when no row is left.
+pub(super) fn apply(
+    kept: &mut Kept,
+    mut write: TableWrite,
+    rejects: &mut Vec<Reject>,
+    out: &mut super::Decoded,
+) -> Result<Option<(TableWrite, TableSchema)>> {
+    let last_sequence = out.last_sequence;
+    let Some((output, errors)) = kept.transform.run_script(&write.data)? else {
+        return Ok(Some((write, kept.original.clone())));
+    };
+    // Events the script's WHERE left out count as filtered.
+    let returned = output.as_ref().map_or(0, RecordBatch::num_rows);
+    out.filtered += write.data.num_rows().saturating_sub(errors.len() + returned) as u64;
+    let reject =
+        |data: &RecordBatch, row: usize, ctx: Option<&(i64, i64, Option<serde_json::Value>)>, reason: String| {
+            let (sequence, received_us, source) = ctx.cloned().unwrap_or((last_sequence, 0, None));
+            Reject {
+                table: write.table.clone(),
+                column: None,
+                expected: None,
+                value: row_json(data, row),
+                sequence,
+                reason: reason.into(),
+                received_us,
+                source,
+            }
+        };
+    for (row, error) in errors {
+        rejects.push(reject(&write.data, row, kept.rows.get(row), format!("script: {error}")));
+    }
+    // The script's rows no longer line up with the events they came from.
+    kept.rows.clear();
+    let Some(output) = output.filter(|o| o.num_rows() > 0) else { return Ok(None) };
+    let (data, schema, changes, misfits) = reshape(&kept.original, &output)?;
+    for (row, reason) in misfits {
+        rejects.push(reject(&output, row, None, reason));
+    }
+    let data = match data {
+        Some(data) => data,
+        None => return Ok(None),
+    };
+    write.data = data;
+    write.changes = changes;
+    Ok(Some((write, schema)))
+}
+
+type Reshaped = (Option<RecordBatch>, TableSchema, Vec<SchemaChange>, Vec<(usize, String)>);
+
+/// `output` fitted to `original`: the batch (without rows that did not fit), the schema it
+/// moves the table to, the DDL, and the rows that did not fit with why.
+fn reshape(original: &TableSchema, output: &RecordBatch) -> Result<Reshaped> {
+    let mut schema = original.clone();
+    let (mut created, mut changes) = (Vec::new(), Vec::new());
+    let (mut fields, mut arrays) = (Vec::new(), Vec::new());
+    let mut fits = vec![true; output.num_rows()];
+    let mut misfits = Vec::new();
+    let out_schema = output.schema();
+    let names: Vec<String> = out_schema.fields().iter().map(|f| f.name().to_lowercase()).collect();
+    for (i, (field, array)) in out_schema.fields().iter().zip(output.columns()).enumerate() {
+        // A column named twice (`SELECT *, upper(kind) AS kind`): the last one is written.
+        let later = names[i + 1..].contains(&names[i]);
+        if later || field.name().starts_with("__") || field.data_type() == &DataType::Null {
+            continue;
+        }
+        let Some(ty) = column_type_of(field.data_type()) else {
+            return Err(Error::new(
+                ErrorKind::Data,
+                format!(
+                    "the script's column `{}` is of type {}: CAST it to a type Sluice stores",
+                    field.name(),
+                    field.data_type()
+                ),
+            ));
+        };
+        let (name, ty) = match schema.find(field.name()) {
+            Some(i) => {
+                let known = schema.columns()[i].ty;
+                let name = schema.columns()[i].name.clone();
+                if known == ColumnType::Bigint && ty == ColumnType::Double {
+                    schema.set_type(i, ColumnType::Double);
+                    changes.push(SchemaChange::Widen(Column { name: name.clone(), ty: ColumnType::Double }));
+                    (name, ColumnType::Double)
+                } else {
+                    (name, known)
+                }
+            }
+            None if schema.columns().len() >= MAX_COLUMNS => {
+                let reason = format!("the table already has the maximum of {MAX_COLUMNS} columns");
+                return Err(Error::new(ErrorKind::Data, reason));
+            }
+            None => {
+                let column = Column { name: field.name().clone(), ty };
+                schema.push(column.clone());
+                if original.exists() {
+                    changes.push(SchemaChange::Add(column));
+                } else {
+                    created.push(column);
+                }
+                (field.name().clone(), ty)
+            }
+        };
+        let fitted = fit(array, ty)?;
+        for (row, f) in fits.iter_mut().enumerate() {
+            if !*f || array.is_null(row) || fitted.is_valid(row) {
+                continue;
+            }
+            *f = false;
+            misfits.push((row, format!("script: the value of `{name}` does not fit its column's type {ty}")));
+        }
+        fields.push(Field::new(name, ty.arrow(), true));
+        arrays.push(fitted);
+    }
+    if !created.is_empty() {
+        changes.insert(0, SchemaChange::Create(created));
+    }
+    if fields.is_empty() {
+        return Ok((None, original.clone(), Vec::new(), misfits));
+    }
+    schema.set_exists();
+    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
+        .map_err(|e| Error::new(ErrorKind::Fatal, "could not build the script's batch").with_source(e))?;
+    let batch = if misfits.is_empty() {
+        batch
+    } else {
+        arrow::compute::filter_record_batch(&batch, &BooleanArray::from(fits))
+            .map_err(|e| Error::new(ErrorKind::Fatal, "could not filter a batch").with_source(e))?
+    };
+    Ok((Some(batch).filter(|b| b.num_rows() > 0), schema, changes, misfits))
+}
+
+/// `array` as column type `ty`; values that cannot be converted become NULL (and their rows
+/// are found by the caller).
+fn fit(array: &ArrayRef, ty: ColumnType) -> Result<ArrayRef> {
+    let target = ty.arrow();
+    if array.data_type() == &target {
+        return Ok(array.clone());
+    }
+    arrow::compute::cast_with_options(array, &target, &CastOptions { safe: true, ..CastOptions::default() }).map_err(
+        |e| {
+            Error::new(
+                ErrorKind::Data,
+                format!("a script value of type {} cannot be stored as {ty}", array.data_type()),
+            )
+            .with_source(e)
+        },
+    )
+}
