@@ -145,6 +145,18 @@ impl StreamConfig {
             ) {
                 return Err(Error::config("stage", "staged loads are for a postgres, mysql or sqlite destination"));
             }
+            let custom = match &self.destination {
+                Some(DestinationConfig::Postgres(c)) => c.custom_sql.is_some(),
+                Some(DestinationConfig::Mysql(c)) => c.custom_sql.is_some(),
+                Some(DestinationConfig::Sqlite(c)) => c.custom_sql.is_some(),
+                _ => false,
+            };
+            if custom {
+                return Err(Error::config(
+                    "stage",
+                    "a staged load merges units; custom SQL runs every change of each unit",
+                ));
+            }
         }
         let Some(destination) = &self.destination else { return Ok(()) };
         let table = match destination {

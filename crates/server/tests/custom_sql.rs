@@ -143,3 +143,70 @@ async fn custom_sql_with_a_cycle_or_a_quoted_token_is_refused_at_save() {
         assert!(error.contains("destination.custom_sql") && error.contains(words), "{error}");
     }
 }
+
+#[tokio::test]
+async fn routed_push_events_go_through_custom_sql_into_mariadb_parents_first() {
+    let db = crate::mariadb::MariaDb::start();
+    db.admin(
+        "CREATE TABLE etltest.m_customers (id BIGINT PRIMARY KEY, name TEXT NOT NULL) ENGINE=InnoDB; \
+         CREATE TABLE etltest.m_orders (id BIGINT PRIMARY KEY, customer_id BIGINT NOT NULL, \
+           FOREIGN KEY (customer_id) REFERENCES etltest.m_customers (id)) ENGINE=InnoDB",
+    );
+    let dir = DataDir::new("custom-sql-mariadb");
+    let server = Server::start(&dir.0).await;
+    let sql = "-- @sql key=m_orders dependsOn=m_customers\n\
+               INSERT INTO m_orders (id, customer_id) VALUES ({id}, {customer_id})\n\
+               ON DUPLICATE KEY UPDATE customer_id = VALUES(customer_id)\n\
+               -- @end\n\
+               -- @sql key=m_customers\n\
+               INSERT INTO m_customers (id, name) VALUES ({id}, {name}) ON DUPLICATE KEY UPDATE name = VALUES(name)\n\
+               -- @end\n";
+    let key = server
+        .create_stream(json!({"name": "m", "table": "unused", "transform": {"route": "{kind}"},
+            "destination": {"kind": "mysql", "host": "127.0.0.1", "port": db.port, "database": "etltest",
+                            "user": "etl", "password": "etl", "custom_sql": sql}}))
+        .await;
+    // Each order comes before its customer in the push.
+    let mut events = Vec::new();
+    for k in 0..50 {
+        let name = if k == 7 { HOSTILE.to_string() } else { format!("c{k}") };
+        events.push(json!({"kind": "m_orders", "id": k, "customer_id": k}));
+        events.push(json!({"kind": "m_customers", "id": k, "name": name}));
+    }
+    assert_eq!(server.push("m", &key, Value::Array(events).to_string()).await.0, 202);
+    let counts = db.lines("SELECT (SELECT count(*) FROM m_customers), (SELECT count(*) FROM m_orders)");
+    assert_eq!(counts, ["50|50"], "the push is answered after the commit");
+    assert_eq!(db.lines("SELECT name FROM m_customers WHERE id = 7"), [HOSTILE]);
+}
+
+#[tokio::test]
+async fn push_events_go_through_custom_sql_into_sqlite() {
+    let dir = DataDir::new("custom-sql-sqlite");
+    let target = DataDir::new("custom-sql-sqlite-file");
+    let file = target.0.join("totals.db");
+    let create = format!(
+        "import sqlite3\nc = sqlite3.connect({:?})\nc.execute('CREATE TABLE totals (user TEXT PRIMARY KEY, n INTEGER NOT NULL, amount REAL NOT NULL)')\nc.commit()\n",
+        file.display().to_string()
+    );
+    let out = std::process::Command::new("python3").args(["-c", &create]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let server = Server::start(&dir.0).await;
+    let sql = "-- @sql key=events\n\
+               INSERT INTO totals (user, n, amount) VALUES ({user}, 1, {amount})\n\
+               ON CONFLICT (user) DO UPDATE SET n = n + 1, amount = amount + excluded.amount\n\
+               -- @end\n";
+    let key = server
+        .create_stream(json!({"name": "t", "table": "events",
+            "destination": {"kind": "sqlite", "path": file, "custom_sql": sql}}))
+        .await;
+    let users = ["ann", "bob", HOSTILE];
+    let events: Vec<Value> = (0..30).map(|i| json!({"user": users[i % 3], "amount": 1.5})).collect();
+    assert_eq!(server.push("t", &key, Value::Array(events).to_string()).await.0, 202);
+    let read = format!(
+        "import sqlite3\nc = sqlite3.connect({:?})\nfor r in c.execute('SELECT user, n, amount FROM totals ORDER BY user'): print(f'{{r[0]}}|{{r[1]}}|{{r[2]}}')\n",
+        file.display().to_string()
+    );
+    let out = std::process::Command::new("python3").args(["-c", &read]).output().unwrap();
+    let rows: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    assert_eq!(rows, ["ann|10|15.0", "bob|10|15.0", &format!("{HOSTILE}|10|15.0")]);
+}

@@ -82,7 +82,12 @@ impl DeliverySink {
             tokio::spawn(upkeep);
         }
         let stamps = !matches!(config, DestinationConfig::Http(_));
-        let changes = matches!(config, DestinationConfig::Postgres(c) if c.custom_sql.is_some());
+        let changes = match config {
+            DestinationConfig::Postgres(c) => c.custom_sql.is_some(),
+            DestinationConfig::Mysql(c) => c.custom_sql.is_some(),
+            DestinationConfig::Sqlite(c) => c.custom_sql.is_some(),
+            _ => false,
+        };
         Ok(Self { stream: stream.to_string(), destination, stamps, workspace, push_keys: None, metrics, changes })
     }
 

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder};
 use serde::{Deserialize, Serialize};
+use sluice_core::transform::CustomSql;
 use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Secret, Stamp, SyncMode};
 
 use super::columns::Existing;
@@ -40,6 +41,12 @@ pub struct MysqlTableConfig {
     /// A read-only connection cannot be a destination; turn this off to let syncs write.
     #[serde(default)]
     pub read_only: bool,
+    /// A stream's own SQL in place of Sluice's insert or merge: blocks of
+    /// `-- @sql key=<source table> [dependsOn=<key>,…]` … `-- @end`, run for each event of their
+    /// table in the unit's transaction, parents first; `{column}` is a bind variable and
+    /// `{debezium_cdc_op}` the change's op (`c`, `u`, `d`, `r`). Tables are not created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_sql: Option<String>,
 }
 
 fn default_port() -> u16 {
@@ -55,6 +62,9 @@ impl MysqlTableConfig {
         if self.table.len() > 64 {
             return Err(Error::config("destination.table", "at most 64 characters (MySQL's limit)"));
         }
+        if self.custom_sql.is_some() {
+            return Err(Error::config("destination.custom_sql", "custom SQL is for streams"));
+        }
         self.validate_connection()
     }
 
@@ -64,6 +74,9 @@ impl MysqlTableConfig {
             if value.trim().is_empty() {
                 return Err(Error::config(&format!("destination.{field}"), "must not be empty"));
             }
+        }
+        if let Some(sql) = &self.custom_sql {
+            CustomSql::parse(sql).map_err(|e| Error::config("destination.custom_sql", e))?;
         }
         if self.read_only {
             return Err(Error::config(
@@ -126,8 +139,10 @@ impl Destination for MysqlTarget {
     }
 
     async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
+        let custom = self.config.custom_sql.as_deref().map(CustomSql::parse).transpose();
+        let custom = custom.map_err(|e| Error::config("destination.custom_sql", e))?;
         let mut conn = self.config.connect().await?;
-        let result = write(&mut conn, &self.config.table, deliveries, stamp).await;
+        let result = write(&mut conn, &self.config.table, custom.as_ref(), deliveries, stamp).await;
         let _ = conn.disconnect().await;
         result
     }
@@ -189,8 +204,15 @@ const POSITIONS: &str = "sluice_positions";
 
 /// Apply `deliveries` and `stamp` in one transaction. Table DDL commits implicitly in MySQL, so
 /// tables are created and given their new columns first, outside it (each step idempotent).
-async fn write(conn: &mut Conn, configured: &str, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
-    for delivery in deliveries {
+async fn write(
+    conn: &mut Conn,
+    configured: &str,
+    custom: Option<&CustomSql>,
+    deliveries: &[Delivery],
+    stamp: Option<&Stamp>,
+) -> Result<()> {
+    // Custom SQL writes the user's own tables: none is created.
+    for delivery in deliveries.iter().filter(|_| custom.is_none()) {
         let name = delivery.table.as_deref().unwrap_or(configured);
         let existing = super::columns::existing(conn, name).await?;
         if existing.is_empty() {
@@ -213,7 +235,10 @@ async fn write(conn: &mut Conn, configured: &str, deliveries: &[Delivery], stamp
     }
     conn.query_drop("START TRANSACTION").await.map_err(sql_error)?;
     let applied = async {
-        for delivery in deliveries {
+        if let Some(custom) = custom {
+            run_custom(conn, custom, deliveries).await?;
+        }
+        for delivery in deliveries.iter().filter(|_| custom.is_none()) {
             let table = D.quote(delivery.table.as_deref().unwrap_or(configured));
             let keys: &[String] = if delivery.mode.keyed() { &delivery.keys } else { &[] };
             apply(conn, &table, &column_names(&delivery.schema), keys, delivery).await?;
@@ -240,6 +265,26 @@ async fn write(conn: &mut Conn, configured: &str, deliveries: &[Delivery], stamp
             Err(e)
         }
     }
+}
+
+/// A stream's custom SQL blocks, run inside the open transaction.
+async fn run_custom(conn: &mut Conn, custom: &CustomSql, deliveries: &[Delivery]) -> Result<()> {
+    for run in crate::sql_table::custom::plan(custom, deliveries, D)? {
+        let params = run.rows.iter().map(|row| {
+            let values: Vec<mysql_async::Value> = row
+                .iter()
+                .map(|v| {
+                    v.as_ref().map_or(mysql_async::Value::NULL, |t| mysql_async::Value::Bytes(t.clone().into_bytes()))
+                })
+                .collect();
+            mysql_async::Params::Positional(values)
+        });
+        conn.exec_batch(run.sql.as_str(), params).await.map_err(|e| {
+            let e = sql_error(e);
+            Error::new(e.kind(), format!("custom SQL block `{}`: {e}", run.block.key))
+        })?;
+    }
+    Ok(())
 }
 
 async fn apply(conn: &mut Conn, table: &str, columns: &[String], keys: &[String], delivery: &Delivery) -> Result<()> {

@@ -4,6 +4,7 @@
 //! and runs these in a transaction. `copy_binary`: Postgres's binary `COPY` rows.
 
 pub(crate) mod copy_binary;
+pub(crate) mod custom;
 mod values;
 
 use arrow::datatypes::{DataType, Field, Schema};

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use serde::{Deserialize, Serialize};
+use sluice_core::transform::CustomSql;
 use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Stamp, SyncMode};
 
 use crate::sql_table::{Dialect, Literals, binary, column_names};
@@ -29,6 +30,12 @@ pub struct SqliteTableConfig {
     /// A read-only connection cannot be a destination; turn this off to let syncs write.
     #[serde(default)]
     pub read_only: bool,
+    /// A stream's own SQL in place of Sluice's insert or merge: blocks of
+    /// `-- @sql key=<source table> [dependsOn=<key>,…]` … `-- @end`, run for each event of their
+    /// table in the unit's transaction, parents first; `{column}` is a bind variable and
+    /// `{debezium_cdc_op}` the change's op (`c`, `u`, `d`, `r`). Tables are not created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_sql: Option<String>,
 }
 
 impl SqliteTableConfig {
@@ -37,6 +44,9 @@ impl SqliteTableConfig {
         if self.table.trim().is_empty() {
             return Err(Error::config("destination.table", "must not be empty"));
         }
+        if self.custom_sql.is_some() {
+            return Err(Error::config("destination.custom_sql", "custom SQL is for streams"));
+        }
         self.validate_connection()
     }
 
@@ -44,6 +54,9 @@ impl SqliteTableConfig {
     pub fn validate_connection(&self) -> Result<()> {
         if self.path.as_os_str().is_empty() {
             return Err(Error::config("destination.path", "must not be empty"));
+        }
+        if let Some(sql) = &self.custom_sql {
+            CustomSql::parse(sql).map_err(|e| Error::config("destination.custom_sql", e))?;
         }
         if self.read_only {
             return Err(Error::config(
@@ -101,8 +114,14 @@ impl Destination for SqliteTarget {
             // IMMEDIATE: the write lock from the start, so a concurrent writer makes this wait
             // (busy_timeout) rather than fail on upgrading a read lock.
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_error)?;
-            for delivery in &deliveries {
-                apply(&tx, delivery.table.as_deref().unwrap_or(&config.table), delivery)?;
+            match config.custom_sql.as_deref().map(CustomSql::parse).transpose() {
+                Ok(Some(custom)) => run_custom(&tx, &custom, &deliveries)?,
+                Ok(None) => {
+                    for delivery in &deliveries {
+                        apply(&tx, delivery.table.as_deref().unwrap_or(&config.table), delivery)?;
+                    }
+                }
+                Err(e) => return Err(Error::config("destination.custom_sql", e)),
             }
             if let Some(stamp) = stamp {
                 let positions = D.quote(POSITIONS);
@@ -176,6 +195,21 @@ async fn blocking<T: Send + 'static>(job: impl FnOnce() -> Result<T> + Send + 's
     tokio::task::spawn_blocking(job)
         .await
         .map_err(|e| Error::new(ErrorKind::Fatal, "SQLite job panicked").with_source(e))?
+}
+
+/// A stream's custom SQL blocks, run inside the open transaction.
+fn run_custom(conn: &Connection, custom: &CustomSql, deliveries: &[Delivery]) -> Result<()> {
+    for run in crate::sql_table::custom::plan(custom, deliveries, D)? {
+        let failed = |e| {
+            let e = sql_error(e);
+            Error::new(e.kind(), format!("custom SQL block `{}`: {e}", run.block.key))
+        };
+        let mut statement = conn.prepare_cached(&run.sql).map_err(failed)?;
+        for row in &run.rows {
+            statement.execute(rusqlite::params_from_iter(row.iter())).map_err(failed)?;
+        }
+    }
+    Ok(())
 }
 
 /// Apply one delivery to table `name` inside the open transaction: the table is created, or given
