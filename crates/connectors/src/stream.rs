@@ -107,13 +107,6 @@ impl StreamConfig {
     fn validate_transform(&self) -> Result<()> {
         let Some(t) = &self.transform else { return Ok(()) };
         t.validate()?;
-        if matches!(self.source, SourceConfig::Postgres(_)) && !t.is_empty() {
-            return Err(Error::config(
-                "transform",
-                "a Postgres source's snapshot rows are not transformed yet; mask or drop columns in the \
-                 publication's column list, or stream through Debezium",
-            ));
-        }
         if self.changes().mode == Mode::Mirror && t.has_row_rules() {
             return Err(Error::config(
                 "transform",

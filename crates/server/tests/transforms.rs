@@ -217,6 +217,45 @@ async fn a_script_modifies_and_skips_events_and_its_columns_evolve_the_table() {
 }
 
 #[tokio::test]
+async fn postgres_cdc_rows_are_masked_renamed_and_dropped_in_the_snapshot_and_the_changes() {
+    let pg = Postgres::start();
+    pg.sql(
+        "CREATE TABLE members (id int PRIMARY KEY, email text, pin text, tier text); \
+         INSERT INTO members VALUES (1, 'one@example.org', '1111', 'gold'), (2, 'two@example.org', '2222', 'free');",
+    );
+    let dir = DataDir::new("transform-pg");
+    let server = Server::start(&dir.0).await;
+    let source = json!({"type": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest",
+                        "user": "etl", "password": "etl", "tables": ["public.members"]});
+    let transform = json!({"fields": [
+        {"field": "email", "mask": "hash"},
+        {"field": "pin", "drop": true},
+        {"field": "tier", "rename": "plan"},
+    ]});
+    server
+        .create_stream(json!({"name": "pg", "table": "[table]", "source": source, "transform": transform,
+                              "flush": {"max_wait_ms": 100}}))
+        .await;
+    crate::kafka::wait_rows(&server, "members", 2, Duration::from_secs(60)).await;
+    pg.sql(
+        "INSERT INTO members VALUES (3, 'three@example.org', '3333', 'free'); \
+         UPDATE members SET email = 'uno@example.org', tier = 'platinum' WHERE id = 1; DELETE FROM members WHERE id = 2;",
+    );
+    wait_until("the changes", Duration::from_secs(60), || async {
+        server.lines("SELECT count(*) FILTER (WHERE plan = 'platinum') || '|' || count(*) FROM members").await
+            == ["1|2"]
+    })
+    .await;
+    let rows = server.lines("SELECT id || '|' || email || '|' || plan FROM members ORDER BY id").await;
+    assert_eq!(
+        rows,
+        [format!("1|{}|platinum", sha256("uno@example.org")), format!("3|{}|free", sha256("three@example.org"))]
+    );
+    let columns = server.lines("SELECT column_name FROM information_schema.columns WHERE table_name = 'members'").await;
+    assert!(!columns.iter().any(|c| c == "pin" || c == "tier"), "{columns:?}");
+}
+
+#[tokio::test]
 async fn bad_transforms_are_refused_when_the_stream_is_saved() {
     let dir = DataDir::new("transform-refused");
     let server = Server::start(&dir.0).await;

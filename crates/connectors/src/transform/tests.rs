@@ -124,3 +124,71 @@ fn a_script_modifies_and_skips_events_and_a_bad_one_is_refused_at_save() {
         assert!(e.contains(words), "{sql}: {e}");
     }
 }
+
+/// The cost of the expressions per event, against a native row-level floor; run with
+/// `cargo test --release -p sluice-connectors expression_cost -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, for BENCHMARKS.md"]
+fn expression_cost() {
+    const ROWS: usize = 10_000;
+    let schema = Schema::new(vec![
+        Field::new("event_id", DataType::Int64, true),
+        Field::new("amount", DataType::Float64, true),
+        Field::new("kind", DataType::Utf8, true),
+    ]);
+    let batch = RecordBatch::try_new(
+        Arc::new(schema),
+        vec![
+            Arc::new(Int64Array::from_iter_values(0..ROWS as i64)),
+            Arc::new(Float64Array::from_iter_values((0..ROWS).map(|i| i as f64 * 0.5))),
+            Arc::new(StringArray::from_iter_values((0..ROWS).map(|i| ["a", "b", "test"][i % 3]))),
+        ],
+    )
+    .unwrap();
+    let c = config(serde_json::json!({
+        "fields": [{"field": "x2", "sql": "amount * 2"}],
+        "filter": "event_id % 100 <> 0 AND kind <> 'test'",
+        "validate": [{"name": "positive", "sql": "amount >= 0"}],
+    }));
+    let t = build(Some(&c)).unwrap().unwrap();
+    let rounds = 50;
+    let start = std::time::Instant::now();
+    for _ in 0..rounds {
+        t.evaluate(&batch).unwrap().unwrap();
+    }
+    let duck = start.elapsed().as_secs_f64() * 1e9 / (rounds * ROWS) as f64;
+    // The floor of any row-level language: the event as a value tree, read field by field
+    // with nothing interpreted.
+    let events: Vec<serde_json::Value> = (0..ROWS)
+        .map(|i| {
+            let kind = ["a", "b", "test"][i % 3];
+            serde_json::json!({"event_id": i, "amount": i as f64 * 0.5, "kind": kind})
+        })
+        .collect();
+    let start = std::time::Instant::now();
+    let mut kept = 0usize;
+    for _ in 0..rounds {
+        for e in &events {
+            let id = e["event_id"].as_i64().unwrap_or(0);
+            let amount = e["amount"].as_f64().unwrap_or(0.0);
+            if id % 100 != 0 && e["kind"] != "test" && amount >= 0.0 {
+                kept += std::hint::black_box((amount * 2.0) as usize) & 1;
+            }
+        }
+    }
+    let native = start.elapsed().as_secs_f64() * 1e9 / (rounds * ROWS) as f64;
+    let start = std::time::Instant::now();
+    for _ in 0..rounds {
+        let built: Vec<serde_json::Value> = (0..ROWS)
+            .map(|i| {
+                let kind = ["a", "b", "test"][i % 3];
+                serde_json::json!({"event_id": i, "amount": i as f64 * 0.5, "kind": kind})
+            })
+            .collect();
+        std::hint::black_box(built);
+    }
+    let tree = start.elapsed().as_secs_f64() * 1e9 / (rounds * ROWS) as f64;
+    println!(
+        "DuckDB over a batch of {ROWS}: {duck:.0} ns/event; native row loop: {native:.0} ns/event (+{tree:.0} ns/event to build the value tree a row-level language reads) ({kept})"
+    );
+}

@@ -14,6 +14,7 @@ use crate::batch::{ChangeOp, CopyRows, MirrorWrite, RecordMeta, SnapshotWrite};
 use crate::error::Result;
 use crate::format::change::Route;
 use crate::schema::{Fit, fit_text};
+use crate::transform::mask_text;
 
 impl Decoder {
     /// Decode one `COPY` chunk into its table's builder; each line is one event.
@@ -46,9 +47,24 @@ impl Decoder {
             }
         };
         let builder = self.builder(&table, builders, order);
-        let keys = if self.changes.keys.is_empty() { rows.keys.clone() } else { self.changes.keys.clone() };
+        // The stream's field rules: columns dropped, renamed, retyped or masked.
+        let mapping = self.transform.as_ref().map(|t| &t.mapping).filter(|m| !m.is_empty());
+        let plans: Vec<_> = rows
+            .columns
+            .iter()
+            .map(|(name, ty)| match mapping {
+                Some(m) => m.column(name, *ty),
+                None => Some((name.clone(), *ty, None)),
+            })
+            .collect();
+        let renamed = |key: &String| {
+            let i = rows.columns.iter().position(|(c, _)| c == key);
+            i.and_then(|i| plans[i].as_ref()).map_or_else(|| key.clone(), |(name, _, _)| name.clone())
+        };
+        let source_keys: Vec<String> = rows.keys.iter().map(renamed).collect();
+        let keys = if self.changes.keys.is_empty() { source_keys.clone() } else { self.changes.keys.clone() };
         if self.changes.history && builder.mirror.is_none() {
-            let whole_row = self.changes.keys.is_empty() && rows.columns.iter().all(|(c, _)| keys.contains(c));
+            let whole_row = self.changes.keys.is_empty() && plans.iter().flatten().all(|(c, _, _)| keys.contains(c));
             let m = MirrorWrite { keys, whole_row, history: true, ..MirrorWrite::default() };
             builder.mirror = Some(m);
             builder.pad_mirror();
@@ -57,10 +73,11 @@ impl Decoder {
         snapshot.clear |= rows.clear;
         snapshot.complete |= rows.last;
         if snapshot.keys.is_empty() {
-            snapshot.keys.clone_from(&rows.keys);
+            snapshot.keys.clone_from(&source_keys);
         }
-        let columns: Vec<usize> = rows.columns.iter().map(|(name, ty)| builder.column(name, *ty)).collect();
-        let mut types: Vec<_> = columns.iter().map(|&i| builder.schema.columns()[i].ty).collect();
+        let columns: Vec<Option<usize>> =
+            plans.iter().map(|p| p.as_ref().map(|(name, ty, _)| builder.column(name, *ty))).collect();
+        let mut types: Vec<_> = columns.iter().map(|i| i.map(|i| builder.schema.columns()[i].ty)).collect();
         for line in &rows.rows {
             out.events += 1;
             out.last_sequence += 1;
@@ -75,14 +92,18 @@ impl Decoder {
             }
             builder.push_metadata(&ctx, &self.metadata, &mut out.rejects);
             for (k, (field, &i)) in fields.iter().zip(&columns).enumerate() {
-                let value = if *field == "\\N" { None } else { Some(unescape(field)) };
-                let fit = value.as_deref().map_or(Fit::Null, |v| fit_text(types[k], v));
+                let (Some(i), Some(ty)) = (i, types[k]) else { continue };
+                let mut value = if *field == "\\N" { None } else { Some(unescape(field)) };
+                if let (Some(text), Some((_, _, Some((mask, keep))))) = (value.as_deref(), &plans[k]) {
+                    value = Some(Cow::Owned(mask_text(text, *mask, *keep)));
+                }
+                let fit = value.as_deref().map_or(Fit::Null, |v| fit_text(ty, v));
                 match fit {
                     // The common case, straight into the column: it holds exactly the rows so far.
                     Fit::Misfit(_) | Fit::Widen(_) => {
                         let raw = Value::String(value.as_deref().unwrap_or_default().to_string());
                         builder.store(&ctx, i, fit, Some(&raw), &mut out.rejects);
-                        types[k] = builder.schema.columns()[i].ty;
+                        types[k] = Some(builder.schema.columns()[i].ty);
                     }
                     fit if builder.columns[i].len() == builder.rows => builder.columns[i].push(fit),
                     fit => builder.store(&ctx, i, fit, None, &mut out.rejects),

@@ -129,12 +129,33 @@ impl Mapping {
         change
     }
 
+    /// What becomes of a flat column `name` of type `ty` (a snapshot's `COPY` column): `None`
+    /// when it is dropped, else its name and type as written and the mask its text takes.
+    pub fn column(&self, name: &str, ty: ColumnType) -> Option<(String, ColumnType, Option<(Mask, usize)>)> {
+        if self.drops.iter().any(|d| d == name) {
+            return None;
+        }
+        let out =
+            self.renames.iter().find(|(from, _)| from == name).map_or_else(|| name.to_string(), |(_, to)| to.clone());
+        let mask = self.masks.iter().find(|(field, _, _)| field == name).map(|(_, m, keep)| (*m, *keep));
+        let ty = self.declared(&out).unwrap_or(ty);
+        Some((out, ty, mask))
+    }
+
     /// A ledger copy of `value`, the earlier value of duplicated field `column`.
     pub fn ledger_value(&self, column: &str, value: &Value) -> String {
         match self.masks.iter().find(|(field, _, _)| field.eq_ignore_ascii_case(column)) {
             Some((_, mask, keep)) => masked(value, *mask, *keep).to_string(),
             None => value.to_string(),
         }
+    }
+}
+
+/// The text a mask leaves of `text`.
+pub fn mask_text(text: &str, mask: Mask, keep: usize) -> String {
+    match masked(&Value::String(text.to_string()), mask, keep) {
+        Value::String(s) => s,
+        _ => String::new(),
     }
 }
 
