@@ -13,6 +13,9 @@ use crate::schema::ColumnType;
 /// What a redacted value becomes.
 pub const REDACTED: &str = "[redacted]";
 
+/// What a flat column becomes: its name and type as written, and the mask its text takes.
+pub type ColumnPlan = (String, ColumnType, Option<(Mask, usize)>);
+
 /// The field rules of a stream, ready to apply.
 #[derive(Debug, Clone, Default)]
 pub struct Mapping {
@@ -131,7 +134,7 @@ impl Mapping {
 
     /// What becomes of a flat column `name` of type `ty` (a snapshot's `COPY` column): `None`
     /// when it is dropped, else its name and type as written and the mask its text takes.
-    pub fn column(&self, name: &str, ty: ColumnType) -> Option<(String, ColumnType, Option<(Mask, usize)>)> {
+    pub fn column(&self, name: &str, ty: ColumnType) -> Option<ColumnPlan> {
         if self.drops.iter().any(|d| d == name) {
             return None;
         }
