@@ -26,6 +26,8 @@ source scripts/services/azurite.sh
 source scripts/services/gcs.sh
 # Debian's Chromium and chromedriver, for the page's browser test.
 source scripts/services/chromium.sh
+# Debian's ClickHouse 18.16 (server and client), for the ClickHouse destination.
+source scripts/services/clickhouse.sh
 if ! command -v socat >/dev/null 2>&1; then
   echo "sluice: installing socat (Debian package)" >&2
   apt-get update -qq >/dev/null

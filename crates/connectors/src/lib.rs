@@ -1,5 +1,6 @@
 //! Every Source and Sink, one folder per technology, registered by one serde enum and one match.
 
+pub mod clickhouse;
 mod connection;
 mod delivery;
 pub mod ducklake;

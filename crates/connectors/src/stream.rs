@@ -189,6 +189,10 @@ impl StreamConfig {
                 }
                 &c.table
             }
+            DestinationConfig::Clickhouse(c) => {
+                c.validate_connection()?;
+                &c.table
+            }
             DestinationConfig::Files(c) => {
                 c.validate()?;
                 if c.name.is_some() {

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use sluice_core::secret::{REDACTED, keep, restore};
 use sluice_core::{Destination, Error, Result, Secret, SyncMode};
 
+use crate::clickhouse::{ClickhouseConfig, ClickhouseTarget};
 use crate::ducklake::{DuckLakeConfig, DuckLakeTarget};
 use crate::files::{FilesConfig, FilesTarget};
 use crate::http_api::{HttpApiConfig, HttpApiTarget, restore_url_password, url_password};
@@ -95,6 +96,8 @@ pub enum DestinationConfig {
     Ducklake(DuckLakeConfig),
     /// A table of an Iceberg REST catalog.
     Iceberg(IcebergConfig),
+    /// A ClickHouse table, over its HTTP interface.
+    Clickhouse(ClickhouseConfig),
 }
 
 impl SyncConfig {
@@ -123,6 +126,7 @@ impl SyncConfig {
             DestinationConfig::Http(c) => c.validate(),
             DestinationConfig::Ducklake(c) => c.validate(),
             DestinationConfig::Iceberg(c) => c.validate(),
+            DestinationConfig::Clickhouse(c) => c.validate(),
         }
     }
 
@@ -163,6 +167,7 @@ impl DestinationConfig {
             Self::Postgres(c) => keep(&mut out, "destination.password", c.password.as_ref()),
             Self::Mysql(c) => keep(&mut out, "destination.password", c.password.as_ref()),
             Self::Sqlite(_) => {}
+            Self::Clickhouse(c) => keep(&mut out, "destination.password", c.password.as_ref()),
             Self::Ducklake(c) => {
                 keep(&mut out, "destination.catalog_password", c.catalog_password.as_ref());
                 keep(
@@ -212,6 +217,7 @@ impl DestinationConfig {
             Self::Postgres(c) => restore(&mut c.password, secrets, "destination.password"),
             Self::Mysql(c) => restore(&mut c.password, secrets, "destination.password"),
             Self::Sqlite(_) => {}
+            Self::Clickhouse(c) => restore(&mut c.password, secrets, "destination.password"),
             Self::Ducklake(c) => {
                 restore(&mut c.catalog_password, secrets, "destination.catalog_password");
                 if let Some(s3) = &mut c.s3 {
@@ -265,5 +271,6 @@ pub fn build_destination(config: &DestinationConfig) -> Result<Box<dyn Destinati
         DestinationConfig::Http(c) => Box::new(HttpApiTarget::new(c.clone())?),
         DestinationConfig::Ducklake(c) => Box::new(DuckLakeTarget::new(c.clone())),
         DestinationConfig::Iceberg(c) => Box::new(IcebergTarget::new(c.clone())),
+        DestinationConfig::Clickhouse(c) => Box::new(ClickhouseTarget::new(c.clone())),
     })
 }

@@ -2,6 +2,7 @@
 
 mod azurite;
 mod broker;
+mod clickhouse;
 mod gcs;
 mod harness;
 mod http_target;
@@ -21,6 +22,7 @@ mod debezium_capture;
 mod debezium_fidelity;
 mod debezium_real;
 mod destinations;
+mod destinations_clickhouse;
 mod destinations_ducklake;
 mod destinations_ducklake_upkeep;
 mod destinations_files;

@@ -1,0 +1,19 @@
+//! ClickHouse as a destination, over its HTTP interface: rows go as `INSERT … FORMAT
+//! JSONEachRow` in one request per table and write; `config.rs` the config, `client.rs` the
+//! HTTP calls and their errors, `types.rs` column types and rows as JSON, `target.rs` the
+//! writes and the stream's position.
+//!
+//! ClickHouse has no transactions, so a stream's write is made exactly once by a position
+//! table: before its rows, a `writing` marker names the unit and its tables; each row carries
+//! the unit in `_sluice_unit`; after them the `done` row holds the checkpoint. On restart, a
+//! marker without its `done` row has its rows deleted (`ALTER TABLE … DELETE`, waited for)
+//! before the stream resumes from the last `done`. Mirror tables are `ReplacingMergeTree` on
+//! the keys with `_version` (the unit) and `_deleted`: read them with `FINAL WHERE _deleted = 0`.
+
+mod client;
+mod config;
+mod target;
+mod types;
+
+pub use config::ClickhouseConfig;
+pub use target::ClickhouseTarget;
