@@ -28,6 +28,8 @@ source scripts/services/gcs.sh
 source scripts/services/chromium.sh
 # Debian's ClickHouse 18.16 (server and client), for the ClickHouse destination.
 source scripts/services/clickhouse.sh
+# fakesnow (PyPI): Snowflake's driver protocol over DuckDB, with Snowflake's Python connector.
+source scripts/services/snowflake.sh
 if ! command -v socat >/dev/null 2>&1; then
   echo "sluice: installing socat (Debian package)" >&2
   apt-get update -qq >/dev/null

@@ -14,6 +14,7 @@ mod lakehouse;
 mod local_files;
 pub mod mysql;
 pub mod postgres;
+pub mod snowflake;
 mod sql_table;
 pub mod sqlite;
 mod stream;

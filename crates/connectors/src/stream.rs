@@ -193,6 +193,10 @@ impl StreamConfig {
                 c.validate_connection()?;
                 &c.table
             }
+            DestinationConfig::Snowflake(c) => {
+                c.validate_connection()?;
+                &c.table
+            }
             DestinationConfig::Files(c) => {
                 c.validate()?;
                 if c.name.is_some() {

@@ -18,6 +18,7 @@ use crate::http_api::{HttpApiConfig, HttpApiTarget, restore_url_password, url_pa
 use crate::iceberg::{IcebergConfig, IcebergTarget};
 use crate::mysql::{MysqlTableConfig, MysqlTarget};
 use crate::postgres::{PostgresTableConfig, PostgresTarget};
+use crate::snowflake::{SnowflakeConfig, SnowflakeTarget};
 use crate::sqlite::{SqliteTableConfig, SqliteTarget};
 
 /// One sync: a read-only SELECT on the workspace, a destination and a mode.
@@ -98,6 +99,8 @@ pub enum DestinationConfig {
     Iceberg(IcebergConfig),
     /// A ClickHouse table, over its HTTP interface.
     Clickhouse(ClickhouseConfig),
+    /// A Snowflake table, over the drivers' REST protocol.
+    Snowflake(SnowflakeConfig),
 }
 
 impl SyncConfig {
@@ -127,6 +130,7 @@ impl SyncConfig {
             DestinationConfig::Ducklake(c) => c.validate(),
             DestinationConfig::Iceberg(c) => c.validate(),
             DestinationConfig::Clickhouse(c) => c.validate(),
+            DestinationConfig::Snowflake(c) => c.validate(),
         }
     }
 
@@ -168,6 +172,7 @@ impl DestinationConfig {
             Self::Mysql(c) => keep(&mut out, "destination.password", c.password.as_ref()),
             Self::Sqlite(_) => {}
             Self::Clickhouse(c) => keep(&mut out, "destination.password", c.password.as_ref()),
+            Self::Snowflake(c) => keep(&mut out, "destination.password", c.password.as_ref()),
             Self::Ducklake(c) => {
                 keep(&mut out, "destination.catalog_password", c.catalog_password.as_ref());
                 keep(
@@ -218,6 +223,7 @@ impl DestinationConfig {
             Self::Mysql(c) => restore(&mut c.password, secrets, "destination.password"),
             Self::Sqlite(_) => {}
             Self::Clickhouse(c) => restore(&mut c.password, secrets, "destination.password"),
+            Self::Snowflake(c) => restore(&mut c.password, secrets, "destination.password"),
             Self::Ducklake(c) => {
                 restore(&mut c.catalog_password, secrets, "destination.catalog_password");
                 if let Some(s3) = &mut c.s3 {
@@ -272,5 +278,6 @@ pub fn build_destination(config: &DestinationConfig) -> Result<Box<dyn Destinati
         DestinationConfig::Ducklake(c) => Box::new(DuckLakeTarget::new(c.clone())),
         DestinationConfig::Iceberg(c) => Box::new(IcebergTarget::new(c.clone())),
         DestinationConfig::Clickhouse(c) => Box::new(ClickhouseTarget::new(c.clone())),
+        DestinationConfig::Snowflake(c) => Box::new(SnowflakeTarget::new(c.clone())),
     })
 }

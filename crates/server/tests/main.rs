@@ -11,6 +11,7 @@ mod kinesis_local;
 mod mariadb;
 mod moto;
 mod postgres;
+mod snowflake;
 mod webdriver;
 
 mod api;
@@ -30,6 +31,7 @@ mod destinations_http;
 mod destinations_iceberg;
 mod destinations_mariadb;
 mod destinations_names;
+mod destinations_snowflake;
 mod destinations_sqlite;
 mod destinations_staged;
 mod hardening;

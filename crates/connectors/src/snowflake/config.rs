@@ -1,0 +1,82 @@
+//! A Snowflake destination's config.
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{Error, Result, Secret};
+
+/// A table in a Snowflake database.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnowflakeConfig {
+    /// The account's URL, `https://<account>.snowflakecomputing.com` (or an emulator's).
+    pub url: String,
+    /// The account identifier; taken from the URL's first label when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// The user.
+    pub user: String,
+    /// The password; never serialized back.
+    #[serde(default, skip_serializing)]
+    pub password: Option<Secret>,
+    /// The database.
+    pub database: String,
+    /// The schema.
+    #[serde(default = "default_schema")]
+    pub schema: String,
+    /// The warehouse the session uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warehouse: Option<String>,
+    /// The role the session takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// The table; created when missing. A stream leaves it out: its `table` names the table.
+    #[serde(default)]
+    pub table: String,
+    /// Write table and column names in upper case, unquoted as Snowflake folds them (`events`
+    /// becomes `EVENTS`). By default names are quoted and keep their case.
+    #[serde(default)]
+    pub uppercase: bool,
+}
+
+fn default_schema() -> String {
+    "PUBLIC".into()
+}
+
+impl SnowflakeConfig {
+    /// Check the fields; pure.
+    pub fn validate(&self) -> Result<()> {
+        if self.table.trim().is_empty() {
+            return Err(Error::config("destination.table", "must not be empty"));
+        }
+        self.validate_connection()
+    }
+
+    /// Check every field but the table (a stream's destination takes the stream's); pure.
+    pub fn validate_connection(&self) -> Result<()> {
+        let url = reqwest::Url::parse(&self.url).map_err(|e| Error::config("destination.url", e))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            return Err(Error::config("destination.url", "must be https://<account>.snowflakecomputing.com"));
+        }
+        for (field, value) in [("user", &self.user), ("database", &self.database), ("schema", &self.schema)] {
+            if value.trim().is_empty() {
+                return Err(Error::config(&format!("destination.{field}"), "must not be empty"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The account: as configured, else the URL's first label.
+    pub(super) fn account(&self) -> String {
+        self.account.clone().unwrap_or_else(|| {
+            reqwest::Url::parse(&self.url)
+                .ok()
+                .and_then(|u| u.host_str().and_then(|h| h.split('.').next()).map(str::to_string))
+                .unwrap_or_default()
+        })
+    }
+
+    /// A name as written in SQL: quoted as is, or upper case (Snowflake's folding) quoted.
+    pub(super) fn name(&self, name: &str) -> String {
+        let name = if self.uppercase { name.to_uppercase() } else { name.to_string() };
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}

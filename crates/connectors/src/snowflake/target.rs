@@ -1,0 +1,257 @@
+//! Writes into Snowflake tables, one transaction per unit with the stream's position.
+
+use std::collections::HashMap;
+
+use arrow::array::Array;
+use arrow::datatypes::{DataType, Schema};
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use sluice_core::schema::{Column, ColumnType, TableSchema};
+use sluice_core::{Delivery, Destination, Error, Result, Stamp, SyncMode};
+
+use super::SnowflakeConfig;
+use super::client::{Binding, Client};
+use crate::sql_table::{Dialect, Literals};
+
+/// Where streams keep their positions, in the destination's schema.
+const POSITIONS: &str = "SLUICE_POSITIONS";
+
+/// Delivers into Snowflake tables.
+pub struct SnowflakeTarget {
+    config: SnowflakeConfig,
+    client: Option<Client>,
+    /// Columns (as Snowflake names them, and their types) of tables seen.
+    tables: HashMap<String, Vec<(String, String)>>,
+}
+
+impl SnowflakeTarget {
+    /// A destination for `config` (logs in on use).
+    pub fn new(config: SnowflakeConfig) -> Self {
+        Self { config, client: None, tables: HashMap::new() }
+    }
+
+    async fn client(&mut self) -> Result<&Client> {
+        if self.client.is_none() {
+            self.client = Some(Client::login(&self.config).await?);
+        }
+        Ok(self.client.as_ref().expect("set above"))
+    }
+
+    fn forget_on_error<T>(&mut self, result: Result<T>) -> Result<T> {
+        if result.is_err() {
+            self.client = None;
+            self.tables.clear();
+        }
+        result
+    }
+
+    /// The table's name in SQL, qualified by database and schema.
+    fn qualified(&self, table: &str) -> String {
+        let c = &self.config;
+        format!("{}.{}.{}", quote(&c.database), quote(&c.schema), c.name(table))
+    }
+
+    async fn columns(&mut self, table: &str) -> Result<Vec<(String, String)>> {
+        if let Some(columns) = self.tables.get(table) {
+            return Ok(columns.clone());
+        }
+        let name = if self.config.uppercase { table.to_uppercase() } else { table.to_string() };
+        let sql = format!(
+            "SELECT column_name, data_type FROM {}.information_schema.columns \
+             WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position",
+            quote(&self.config.database)
+        );
+        let binds = [vec![Some(self.config.schema.clone())], vec![Some(name)]];
+        let rows = self.client().await?.query(&sql, &binds).await?;
+        let columns: Vec<(String, String)> = rows
+            .into_iter()
+            .filter_map(|r| Some((r.first()?.clone()?, r.get(1)?.clone().unwrap_or_default())))
+            .collect();
+        if !columns.is_empty() {
+            self.tables.insert(table.to_string(), columns.clone());
+        }
+        Ok(columns)
+    }
+
+    /// Create the table, or add the columns it lacks (DDL commits on its own in Snowflake, so
+    /// this runs before the unit's transaction; each step is idempotent).
+    async fn ensure(&mut self, table: &str, schema: &Schema) -> Result<()> {
+        let existing = self.columns(table).await?;
+        let qualified = self.qualified(table);
+        let mut statements = Vec::new();
+        let folded = |n: &str| if self.config.uppercase { n.to_uppercase() } else { n.to_string() };
+        if existing.is_empty() {
+            let defs: Vec<String> = schema
+                .fields()
+                .iter()
+                .map(|f| format!("{} {}", self.config.name(f.name()), sql_type(f.data_type())))
+                .collect();
+            statements.push(format!("CREATE TABLE IF NOT EXISTS {qualified} ({})", defs.join(", ")));
+        } else {
+            for field in schema.fields() {
+                if !existing.iter().any(|(n, _)| n.eq_ignore_ascii_case(&folded(field.name()))) {
+                    let ty = sql_type(field.data_type());
+                    statements
+                        .push(format!("ALTER TABLE {qualified} ADD COLUMN {} {ty}", self.config.name(field.name())));
+                }
+            }
+        }
+        for sql in &statements {
+            self.client().await?.query(sql, &[]).await?;
+        }
+        if !statements.is_empty() {
+            self.tables.remove(table);
+        }
+        Ok(())
+    }
+
+    async fn write_all(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
+        let tables: Vec<String> =
+            deliveries.iter().map(|d| d.table.clone().unwrap_or_else(|| self.config.table.clone())).collect();
+        for (table, delivery) in tables.iter().zip(deliveries) {
+            self.ensure(table, &delivery.schema).await?;
+        }
+        let positions = self.qualified(POSITIONS);
+        if stamp.is_some() {
+            let sql = format!(
+                "CREATE TABLE IF NOT EXISTS {positions} (\"owner\" VARCHAR, \"checkpoint\" VARCHAR, \"written_at\" TIMESTAMP_TZ)"
+            );
+            self.client().await?.query(&sql, &[]).await?;
+        }
+        let mut statements: Vec<(String, Vec<Binding>)> = Vec::new();
+        for (table, delivery) in tables.iter().zip(deliveries) {
+            statements.extend(self.statements(table, delivery)?);
+        }
+        if let Some(stamp) = stamp {
+            let owner = vec![Some(stamp.owner.clone())];
+            statements.push((format!("DELETE FROM {positions} WHERE \"owner\" = ?"), vec![owner.clone()]));
+            statements.push((
+                format!("INSERT INTO {positions} (\"owner\", \"checkpoint\", \"written_at\") VALUES (?, ?, CURRENT_TIMESTAMP())"),
+                vec![owner, vec![Some(stamp.checkpoint.clone())]],
+            ));
+        }
+        let client = self.client().await?;
+        client.query("BEGIN", &[]).await?;
+        for (sql, binds) in &statements {
+            if let Err(e) = client.query(sql, binds).await {
+                let _ = client.query("ROLLBACK", &[]).await;
+                return Err(e);
+            }
+        }
+        client.query("COMMIT", &[]).await.map(drop)
+    }
+
+    /// The statements of one delivery: replace empties the table; keyed modes delete the keys
+    /// they write or remove; rows are inserted with one array binding per column.
+    fn statements(&self, table: &str, delivery: &Delivery) -> Result<Vec<(String, Vec<Binding>)>> {
+        let qualified = self.qualified(table);
+        let mut out = Vec::new();
+        if delivery.mode == SyncMode::Replace {
+            out.push((format!("DELETE FROM {qualified}"), Vec::new()));
+        }
+        if delivery.mode.keyed() && !delivery.keys.is_empty() {
+            let condition: Vec<String> = delivery.keys.iter().map(|k| format!("{} = ?", self.config.name(k))).collect();
+            let delete = format!("DELETE FROM {qualified} WHERE {}", condition.join(" AND "));
+            for batch in delivery.rows.iter().chain(&delivery.deletes).filter(|b| b.num_rows() > 0) {
+                let keys = batch
+                    .project(&delivery.keys.iter().filter_map(|k| batch.schema().index_of(k).ok()).collect::<Vec<_>>())
+                    .map_err(|e| Error::new(sluice_core::ErrorKind::Fatal, "keys").with_source(e))?;
+                out.push((delete.clone(), bindings(&keys)?));
+            }
+        }
+        for batch in delivery.rows.iter().filter(|b| b.num_rows() > 0) {
+            let names: Vec<String> = batch.schema().fields().iter().map(|f| self.config.name(f.name())).collect();
+            let marks = vec!["?"; names.len()].join(", ");
+            out.push((format!("INSERT INTO {qualified} ({}) VALUES ({marks})", names.join(", ")), bindings(batch)?));
+        }
+        Ok(out)
+    }
+
+    async fn read_stamp(&mut self, owner: &str) -> Result<Option<String>> {
+        if self.columns(POSITIONS).await?.is_empty() {
+            return Ok(None);
+        }
+        let sql = format!("SELECT \"checkpoint\" FROM {} WHERE \"owner\" = ?", self.qualified(POSITIONS));
+        let rows = self.client().await?.query(&sql, &[vec![Some(owner.to_string())]]).await?;
+        Ok(rows.into_iter().next().and_then(|r| r.into_iter().next().flatten()))
+    }
+}
+
+/// Each column's values as text, one array binding per column.
+fn bindings(batch: &RecordBatch) -> Result<Vec<Binding>> {
+    let mut columns: Vec<Binding> = vec![Vec::with_capacity(batch.num_rows()); batch.num_columns()];
+    // Instants as `…+00:00` text (the SQLite dialect's form), which TIMESTAMP_TZ parses.
+    Literals::new(batch, Dialect::Sqlite)?.for_each_row(|row, cells| {
+        for (i, (array, format)) in cells.iter().enumerate() {
+            columns[i].push((!array.is_null(row)).then(|| format.value(row).to_string()));
+        }
+        Ok(())
+    })?;
+    Ok(columns)
+}
+
+/// A Snowflake identifier that keeps its case.
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The Snowflake type of an Arrow column.
+fn sql_type(ty: &DataType) -> String {
+    match ty {
+        DataType::Boolean => "BOOLEAN".into(),
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => "NUMBER(38,0)".into(),
+        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => "NUMBER(38,0)".into(),
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => "FLOAT".into(),
+        DataType::Timestamp(_, Some(_)) => "TIMESTAMP_TZ".into(),
+        DataType::Timestamp(_, None) => "TIMESTAMP_NTZ".into(),
+        DataType::Date32 | DataType::Date64 => "DATE".into(),
+        DataType::Decimal128(p, s) => format!("NUMBER({p},{s})"),
+        _ => "VARCHAR".into(),
+    }
+}
+
+/// The column type Sluice reads back from a Snowflake type, for a stream that resumes.
+fn column_of(ty: &str) -> ColumnType {
+    let upper = ty.to_uppercase();
+    match upper.as_str() {
+        "BOOLEAN" => ColumnType::Boolean,
+        "FLOAT" | "DOUBLE" | "REAL" => ColumnType::Double,
+        "DATE" => ColumnType::Date,
+        t if t.starts_with("TIMESTAMP") => ColumnType::Timestamptz,
+        t if t.starts_with("NUMBER") || t == "INTEGER" || t == "BIGINT" => ColumnType::Bigint,
+        _ => ColumnType::Varchar,
+    }
+}
+
+#[async_trait]
+impl Destination for SnowflakeTarget {
+    async fn check(&mut self) -> Result<()> {
+        let result = async { self.client().await?.query("SELECT 1", &[]).await.map(drop) }.await;
+        self.forget_on_error(result)
+    }
+
+    async fn deliver(&mut self, delivery: &Delivery) -> Result<()> {
+        self.write(std::slice::from_ref(delivery), None).await
+    }
+
+    async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
+        let result = self.write_all(deliveries, stamp).await;
+        self.forget_on_error(result)
+    }
+
+    async fn stamp(&mut self, owner: &str) -> Result<Option<String>> {
+        let result = self.read_stamp(owner).await;
+        self.forget_on_error(result)
+    }
+
+    async fn table_schema(&mut self, table: &str) -> Result<Option<TableSchema>> {
+        let result = self.columns(table).await;
+        let columns = self.forget_on_error(result)?;
+        if columns.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(TableSchema::existing(
+            columns.into_iter().map(|(name, ty)| Column { ty: column_of(&ty), name }).collect(),
+        )))
+    }
+}
