@@ -62,7 +62,8 @@ impl ClickHouse {
         format!("http://127.0.0.1:{}", self.http)
     }
 
-    fn try_lines(&self, sql: &str) -> Option<Vec<String>> {
+    /// Rows of `sql`, or `None` when it fails (a table not created yet).
+    pub fn try_lines(&self, sql: &str) -> Option<Vec<String>> {
         let out = Command::new("clickhouse-client")
             .args(["--host", "127.0.0.1", "--port", &self.tcp.to_string(), "--format", "TSV", "--query", sql])
             .output()
@@ -80,6 +81,11 @@ impl ClickHouse {
             .expect("run clickhouse-client");
         assert!(out.status.success(), "{sql}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).lines().map(|l| l.replace('\t', "|")).collect()
+    }
+
+    /// The number `sql` returns, or `None` when it fails.
+    pub fn try_count(&self, sql: &str) -> Option<i64> {
+        self.try_lines(sql)?.first()?.parse().ok()
     }
 
     /// Rows in `table`, 0 while it does not exist.

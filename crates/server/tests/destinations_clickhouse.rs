@@ -169,3 +169,35 @@ async fn a_sync_upserts_into_clickhouse() {
     );
     assert!(body["config"]["destination"].get("password").is_none());
 }
+
+#[tokio::test]
+async fn postgres_cdc_into_clickhouse_follows_the_source() {
+    let pg = crate::postgres::Postgres::start();
+    pg.sql(
+        "CREATE TABLE accounts (id int PRIMARY KEY, owner text, balance numeric(12,2)); \
+         INSERT INTO accounts SELECT g, 'o' || g, g * 1.5 FROM generate_series(1, 200) g;",
+    );
+    let ch = ClickHouse::start();
+    let dir = DataDir::new("dest-ch-pg");
+    let server = Server::start(&dir.0).await;
+    let source = json!({"type": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest",
+                        "user": "etl", "password": "etl", "tables": ["public.accounts"]});
+    server
+        .create_stream(json!({"name": "pg", "table": "[table]", "source": source, "destination": destination(&ch),
+                              "flush": {"max_wait_ms": 100}}))
+        .await;
+    let current = || ch.try_count("SELECT count() FROM accounts FINAL WHERE _deleted = 0");
+    wait_until("the snapshot", Duration::from_secs(60), || async { current() == Some(200) }).await;
+    pg.sql(
+        "UPDATE accounts SET balance = balance + 1000 WHERE id <= 50; DELETE FROM accounts WHERE id > 180; \
+         INSERT INTO accounts VALUES (500, 'new', 1);",
+    );
+    let want = pg.lines("SELECT id || '|' || owner || '|' || balance FROM accounts ORDER BY id");
+    wait_until("the changes", Duration::from_secs(60), || async {
+        ch.try_lines(
+            "SELECT concat(toString(id), '|', owner, '|', toString(balance)) FROM accounts FINAL WHERE _deleted = 0 ORDER BY id",
+        ) == Some(want.clone())
+    })
+    .await;
+    assert_eq!(ch.lines("SELECT engine FROM system.tables WHERE name = 'accounts'"), ["ReplacingMergeTree"]);
+}

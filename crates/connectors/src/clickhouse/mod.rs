@@ -4,11 +4,13 @@
 //! writes and the stream's position.
 //!
 //! ClickHouse has no transactions, so a stream's write is made exactly once by a position
-//! table: before its rows, a `writing` marker names the unit and its tables; each row carries
-//! the unit in `_sluice_unit`; after them the `done` row holds the checkpoint. On restart, a
-//! marker without its `done` row has its rows deleted (`ALTER TABLE … DELETE`, waited for)
-//! before the stream resumes from the last `done`. Mirror tables are `ReplacingMergeTree` on
-//! the keys with `_version` (the unit) and `_deleted`: read them with `FINAL WHERE _deleted = 0`.
+//! table: before its rows, a `writing` marker names the attempt (a random number, new for each
+//! attempt) and its tables; each row carries it in `_sluice_unit`; after them the `done` row
+//! holds the checkpoint. On restart, and before a write is tried again, an attempt without its
+//! `done` row has its rows deleted (`ALTER TABLE … DELETE`, waited for, then marked `undone`);
+//! a retried write whose `done` row landed is not written again. Keyed tables (mirrors, and a
+//! snapshot's that changes follow) are `ReplacingMergeTree` on the keys with `_version` (the
+//! write's time) and `_deleted`: read them with `FINAL WHERE _deleted = 0`.
 
 mod client;
 mod config;

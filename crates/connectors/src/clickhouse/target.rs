@@ -26,12 +26,15 @@ pub struct ClickhouseTarget {
     modern: bool,
     /// Columns (name, type) of the tables this target has seen.
     tables: HashMap<String, Vec<(String, String)>>,
+    /// A stream's write that failed: its unit, checkpoint and tables. The next write first
+    /// finds out whether it landed (its `done` row) and, if not, deletes what it inserted.
+    failed: Option<(u64, String, Vec<String>)>,
 }
 
 impl ClickhouseTarget {
     /// A destination for `config` (connects on use).
     pub fn new(config: ClickhouseConfig) -> Self {
-        Self { config, client: None, modern: false, tables: HashMap::new() }
+        Self { config, client: None, modern: false, tables: HashMap::new(), failed: None }
     }
 
     async fn client(&mut self) -> Result<&Client> {
@@ -60,15 +63,15 @@ impl ClickhouseTarget {
         }
         let database = self.config.database.clone();
         let sql = format!(
-            "SELECT name, type FROM system.columns WHERE database = {} AND table = {} FORMAT TSV",
+            "SELECT name, type FROM system.columns WHERE database = {} AND table = {} FORMAT JSONEachRow",
             literal(&database),
             literal(table)
         );
         let text = self.client().await?.query(&sql).await?;
         let columns: Vec<(String, String)> = text
             .lines()
-            .filter_map(|l| l.split_once('\t'))
-            .map(|(n, t)| (n.replace("\\t", "\t").replace("\\\\", "\\"), t.to_string()))
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|v| Some((v["name"].as_str()?.to_string(), v["type"].as_str()?.to_string())))
             .collect();
         if !columns.is_empty() {
             self.tables.insert(table.to_string(), columns.clone());
@@ -82,7 +85,8 @@ impl ClickhouseTarget {
         let existing = self.columns(table).await?;
         let modern = self.modern;
         let name = quote(table);
-        let keyed = delivery.mode.keyed() && !delivery.keys.is_empty();
+        // A keyed table (a mirror's, or a snapshot's that changes will follow) merges versions.
+        let keyed = !delivery.keys.is_empty();
         let mut statements = Vec::new();
         if existing.is_empty() {
             let mut defs: Vec<String> = Vec::new();
@@ -130,10 +134,10 @@ impl ClickhouseTarget {
 
     /// Insert one delivery's rows (and a keyed one's deletes, as rows marked deleted).
     async fn apply(&mut self, table: &str, delivery: &Delivery, unit: u64) -> Result<()> {
-        let keyed = delivery.mode.keyed() && !delivery.keys.is_empty();
-        // A mirror row's version: the unit for a stream (later units win, a replayed unit
-        // ties with itself), the time for a sync's run.
-        let version = if unit > 0 { unit } else { u64::try_from(chrono::Utc::now().timestamp_micros()).unwrap_or(0) };
+        let keyed = self.columns(table).await?.iter().any(|(n, _)| n == VERSION);
+        // A row's version: the time of the write, so later writes win (also after a stream
+        // starts over from its source, when its sequence begins again).
+        let version = u64::try_from(chrono::Utc::now().timestamp_micros()).unwrap_or(0);
         if delivery.mode == SyncMode::Replace {
             self.client().await?.query(&format!("TRUNCATE TABLE {}", quote(table))).await?;
         }
@@ -160,18 +164,44 @@ impl ClickhouseTarget {
         for (table, delivery) in tables.iter().zip(deliveries) {
             self.ensure(table, delivery).await?;
         }
-        let unit = stamp.map_or(0, |s| unit_of(&s.checkpoint));
-        if let Some(stamp) = stamp {
-            self.positions().await?;
-            self.mark(&stamp.owner, unit, "writing", &tables, "").await?;
+        let Some(stamp) = stamp else {
+            for (table, delivery) in tables.iter().zip(deliveries) {
+                self.apply(table, delivery, 0).await?;
+            }
+            return Ok(());
+        };
+        self.positions().await?;
+        // A retry of a write that failed: if its `done` row landed (the answer was lost), the
+        // unit is written; else its rows are deleted before it is written again.
+        if let Some((unit, checkpoint, written)) = self.failed.take() {
+            if self.landed(&stamp.owner, unit).await? && checkpoint == stamp.checkpoint {
+                return Ok(());
+            }
+            for table in &written {
+                self.undo(table, unit).await?;
+            }
+            self.mark(&stamp.owner, unit, "undone", &written, "").await?;
         }
+        // A unit's number is new for every attempt, so rows of attempts never mix, even after
+        // the stream starts over from its source.
+        let unit = rand::random::<u64>() >> 1 | 1;
+        self.failed = Some((unit, stamp.checkpoint.clone(), tables.clone()));
+        self.mark(&stamp.owner, unit, "writing", &tables, "").await?;
         for (table, delivery) in tables.iter().zip(deliveries) {
             self.apply(table, delivery, unit).await?;
         }
-        if let Some(stamp) = stamp {
-            self.mark(&stamp.owner, unit, "done", &tables, &stamp.checkpoint).await?;
-        }
+        self.mark(&stamp.owner, unit, "done", &tables, &stamp.checkpoint).await?;
+        self.failed = None;
         Ok(())
+    }
+
+    /// Whether unit `unit` of `owner` has its `done` row.
+    async fn landed(&mut self, owner: &str, unit: u64) -> Result<bool> {
+        let sql = format!(
+            "SELECT count() FROM {POSITIONS} WHERE owner = {} AND unit = {unit} AND state = 'done'",
+            literal(owner)
+        );
+        Ok(self.client().await?.query(&sql).await?.trim() != "0")
     }
 
     async fn positions(&mut self) -> Result<()> {
@@ -212,22 +242,30 @@ impl ClickhouseTarget {
             ))
             .await?;
         let last: Option<Value> = last.lines().next().and_then(|l| serde_json::from_str(l).ok());
-        let since = last.as_ref().and_then(|l| number(&l["written"])).unwrap_or(0);
+        // Markers without a `done` row of the same unit: units that never ended.
+        let owner_is = format!("owner = {}", literal(owner));
         let unfinished = self
             .client()
             .await?
             .query(&format!(
-                "SELECT unit, tables FROM {POSITIONS} WHERE owner = {} AND state = 'writing' AND written > {since} \
-                 FORMAT JSONEachRow",
-                literal(owner)
+                "SELECT unit, tables FROM {POSITIONS} WHERE {owner_is} AND state = 'writing' AND unit NOT IN \
+                 (SELECT unit FROM {POSITIONS} WHERE {owner_is} AND state IN ('done', 'undone')) FORMAT JSONEachRow"
             ))
             .await?;
         for line in unfinished.lines() {
             let marker: Value = serde_json::from_str(line).map_err(|e| Error::new(ErrorKind::Fatal, e.to_string()))?;
             let unit = number(&marker["unit"]).unwrap_or(0);
-            for table in marker["tables"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            let tables: Vec<String> = marker["tables"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect();
+            for table in &tables {
                 self.undo(table, unit).await?;
             }
+            self.mark(owner, unit, "undone", &tables, "").await?;
         }
         Ok(last.and_then(|l| l["checkpoint"].as_str().map(str::to_string)))
     }
@@ -257,11 +295,6 @@ impl ClickhouseTarget {
         }
         Ok(())
     }
-}
-
-/// The unit's number: the stream sequence of the checkpoint in a stamp.
-fn unit_of(checkpoint: &str) -> u64 {
-    serde_json::from_str::<Value>(checkpoint).ok().and_then(|v| number(&v["checkpoint"]["sequence"])).unwrap_or(0)
 }
 
 /// A JSON number, or a number as text (ClickHouse quotes 64-bit integers in JSON).
