@@ -302,6 +302,15 @@ impl TableBuilder {
                 self.path.truncate(mark);
                 continue;
             }
+            if let Some((mask, keep)) = self.mask_of(&self.path) {
+                // A masked column gets only the masked value, whatever spelling brought it.
+                let hidden = crate::transform::masked(value, mask, keep);
+                let path = std::mem::take(&mut self.path);
+                self.put(ctx, &path, &hidden, rejects);
+                self.path = path;
+                self.path.truncate(mark);
+                continue;
+            }
             let typed = if depth == 0 { declared.of_column(key, &mut next) } else { None };
             match (typed, value) {
                 (Some(typed), _) if !self.path.is_empty() => {
@@ -328,6 +337,11 @@ impl TableBuilder {
             }
             self.path.truncate(mark);
         }
+    }
+
+    /// The mask of column `name`, when the stream's transform has one.
+    fn mask_of(&self, name: &str) -> Option<(crate::transform::Mask, usize)> {
+        self.transform.as_ref()?.transform.mapping.mask_for(name)
     }
 
     /// Find or create the column for `name`, typed by `ty` when new.

@@ -19,13 +19,13 @@ pub type ColumnPlan = (String, ColumnType, Option<(Mask, usize)>);
 /// The field rules of a stream, ready to apply.
 #[derive(Debug, Clone, Default)]
 pub struct Mapping {
-    masks: Vec<(String, Mask, usize)>,
+    /// Masks by the column they are written to (lower case), and by the field's own path
+    /// flattened (lower case), for a duplicate's ledger copy.
+    masks: Vec<(String, String, Mask, usize)>,
     renames: Vec<(String, String)>,
     drops: Vec<String>,
     /// Declared types by output column, lower case.
     types: HashMap<String, ColumnType>,
-    /// Masked columns as written (flattened, renamed), lower case.
-    masked_columns: Vec<String>,
 }
 
 impl Mapping {
@@ -38,8 +38,8 @@ impl Mapping {
                 continue;
             }
             if let Some(mask) = f.mask {
-                m.masks.push((f.field.clone(), mask, f.keep.unwrap_or(4)));
-                m.masked_columns.push(f.output().to_lowercase());
+                let field = f.field.replace('.', crate::decode::SEPARATOR).to_lowercase();
+                m.masks.push((f.output().to_lowercase(), field, mask, f.keep.unwrap_or(4)));
             }
             if let Some(to) = &f.rename {
                 m.renames.push((f.field.clone(), to.clone()));
@@ -65,9 +65,16 @@ impl Mapping {
         !self.masks.is_empty()
     }
 
+    /// The mask of `column` (as written: flattened, renamed; any letter case), if it has one.
+    /// The decoder masks every value bound for such a column, whatever field name brought it
+    /// (`EMAIL`, a flattened `user__email`), so no spelling of a field gets past its mask.
+    pub fn mask_for(&self, column: &str) -> Option<(Mask, usize)> {
+        self.masks.iter().find(|(c, _, _, _)| c.eq_ignore_ascii_case(column)).map(|(_, _, m, k)| (*m, *k))
+    }
+
     /// Whether `column` (as written) holds a masked value.
     pub fn is_masked(&self, column: &str) -> bool {
-        self.masked_columns.iter().any(|c| c.eq_ignore_ascii_case(column))
+        self.mask_for(column).is_some()
     }
 
     /// The type a new column gets, when a rule sets one.
@@ -78,13 +85,9 @@ impl Mapping {
         self.types.get(column).or_else(|| self.types.get(&column.to_lowercase())).copied()
     }
 
-    /// Mask, rename and drop one event's fields, in that order.
+    /// Rename and drop one event's fields (field names match in any letter case). Masks are
+    /// applied by the decoder, per column ([`Mapping::mask_for`]).
     pub fn apply(&self, map: &mut Map<String, Value>) {
-        for (field, mask, keep) in &self.masks {
-            if let Some(value) = lookup_mut(map, field) {
-                *value = masked(value, *mask, *keep);
-            }
-        }
         for (field, to) in &self.renames {
             if let Some(value) = take(map, field) {
                 map.insert(to.clone(), value);
@@ -140,15 +143,20 @@ impl Mapping {
         }
         let out =
             self.renames.iter().find(|(from, _)| from == name).map_or_else(|| name.to_string(), |(_, to)| to.clone());
-        let mask = self.masks.iter().find(|(field, _, _)| field == name).map(|(_, m, keep)| (*m, *keep));
+        let mask = self.mask_for(&out);
         let ty = self.declared(&out).unwrap_or(ty);
         Some((out, ty, mask))
     }
 
     /// A ledger copy of `value`, the earlier value of duplicated field `column`.
     pub fn ledger_value(&self, column: &str, value: &Value) -> String {
-        match self.masks.iter().find(|(field, _, _)| field.eq_ignore_ascii_case(column)) {
-            Some((_, mask, keep)) => masked(value, *mask, *keep).to_string(),
+        let flat = column.replace('.', crate::decode::SEPARATOR);
+        let found = self
+            .masks
+            .iter()
+            .find(|(out, field, _, _)| out.eq_ignore_ascii_case(&flat) || field.eq_ignore_ascii_case(&flat));
+        match found {
+            Some((_, _, mask, keep)) => masked(value, *mask, *keep).to_string(),
             None => value.to_string(),
         }
     }
@@ -163,7 +171,7 @@ pub fn mask_text(text: &str, mask: Mask, keep: usize) -> String {
 }
 
 /// The value a mask leaves: text, or NULL for NULL.
-fn masked(value: &Value, mask: Mask, keep: usize) -> Value {
+pub fn masked(value: &Value, mask: Mask, keep: usize) -> Value {
     let text = match value {
         Value::Null => return Value::Null,
         Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
@@ -196,23 +204,27 @@ pub fn lookup<'a>(map: &'a Map<String, Value>, path: &str) -> Option<&'a Value> 
     }
 }
 
-fn lookup_mut<'a>(map: &'a mut Map<String, Value>, path: &str) -> Option<&'a mut Value> {
-    if map.contains_key(path) {
-        return map.get_mut(path);
+/// The key of `map` that is `name` in any letter case (the exact spelling first).
+fn key_of(map: &Map<String, Value>, name: &str) -> Option<String> {
+    if map.contains_key(name) {
+        return Some(name.to_string());
     }
-    let (head, rest) = path.split_once('.')?;
-    match map.get_mut(head)? {
-        Value::Object(inner) => lookup_mut(inner, rest),
-        _ => None,
-    }
+    map.keys().find(|k| k.eq_ignore_ascii_case(name)).cloned()
 }
 
+/// Remove the value at `path` (every spelling of it in any letter case, as the columns
+/// would merge them), and return the last one removed.
 fn take(map: &mut Map<String, Value>, path: &str) -> Option<Value> {
-    if let Some(v) = map.remove(path) {
-        return Some(v);
+    let mut found = None;
+    while let Some(key) = key_of(map, path) {
+        found = map.remove(&key);
+    }
+    if found.is_some() {
+        return found;
     }
     let (head, rest) = path.split_once('.')?;
-    match map.get_mut(head)? {
+    let key = key_of(map, head)?;
+    match map.get_mut(&key)? {
         Value::Object(inner) => take(inner, rest),
         _ => None,
     }
@@ -246,17 +258,23 @@ mod tests {
             .cloned()
             .unwrap();
         m.apply(&mut event);
-        let hash = event["user"]["email"].as_str().unwrap();
-        assert_eq!(hash.len(), 64);
-        assert_ne!(hash, "a@b.c");
         assert_eq!(event["user"].as_object().unwrap().len(), 1, "password dropped");
-        assert_eq!(event["card"], json!("41"));
-        assert_eq!(event["ssn"], Value::Null, "NULL stays NULL");
+        assert_eq!(event["card"], json!(4111), "renamed; the decoder masks it in its column");
+        let (mask, keep) = m.mask_for("CARD").unwrap();
+        assert_eq!(masked(&event["card"], mask, keep), json!("41"));
+        let (mask, keep) = m.mask_for("user__email").unwrap();
+        let hash = masked(&json!("a@b.c"), mask, keep);
+        assert_eq!(hash.as_str().unwrap().len(), 64);
+        assert_eq!(masked(&Value::Null, Mask::Hash, 4), Value::Null, "NULL stays NULL");
+        let mut shouting = json!({"USER": {"Password": "p"}}).as_object().cloned().unwrap();
+        m.apply(&mut shouting);
+        assert_eq!(shouting["USER"], json!({}), "a drop matches in any letter case");
         assert_eq!(event["amount_usd"], json!(3));
         assert!(event.get("amount").is_none() && event.get("pan").is_none());
         assert_eq!(m.declared("AMOUNT_USD"), Some(ColumnType::Double));
         assert_eq!(m.declared("user__email"), Some(ColumnType::Varchar));
         assert!(m.is_masked("user__email") && m.is_masked("card") && !m.is_masked("amount_usd"));
         assert!(!m.ledger_value("ssn", &json!("123-45")).contains("123"));
+        assert!(!m.ledger_value("user.email", &json!("a@b.c")).contains("a@b"), "a nested duplicate too");
     }
 }

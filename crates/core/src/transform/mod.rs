@@ -20,7 +20,7 @@ use arrow::record_batch::RecordBatch;
 
 pub use config::{FieldRule, FieldType, Mask, Rule, TransformConfig};
 pub use custom_sql::{Block, CustomSql, Param};
-pub use mapping::{Mapping, REDACTED, lookup, mask_text};
+pub use mapping::{Mapping, REDACTED, lookup, mask_text, masked};
 pub use route::Route;
 
 use crate::error::{Error, ErrorKind, Result};
