@@ -35,6 +35,7 @@ pub fn build(config: Option<&TransformConfig>) -> Result<Option<Arc<Transform>>>
 pub fn build_for_ledger(config: Option<&TransformConfig>) -> Result<Option<Arc<Transform>>> {
     let config = config.map(|c| TransformConfig {
         fields: c.fields.iter().filter(|f| f.sql.is_some()).cloned().collect(),
+        script: None,
         ..c.clone()
     });
     build(config.as_ref())
@@ -82,6 +83,11 @@ fn db_error(e: duckdb::Error) -> Error {
     let kind =
         if ["Conversion Error", "Out of Range Error", "Invalid Input Error"].iter().any(|p| message.starts_with(p)) {
             ErrorKind::Data
+        } else if message.starts_with("Out of Memory Error") {
+            // The scratch database's memory is full: a later try may fit.
+            ErrorKind::Transient
+        } else if message.starts_with("INTERNAL Error") || message.starts_with("FATAL Error") {
+            ErrorKind::Fatal
         } else {
             ErrorKind::Config
         };
@@ -137,7 +143,7 @@ impl SqlExpressions {
             select.push(format!("({sql}) AS \"c{i}\""));
         }
         if let Some(filter) = &self.filter {
-            select.push(format!("coalesce(({filter}), false) AS \"__keep\""));
+            select.push(format!("CAST(coalesce(({filter}), false) AS BOOLEAN) AS \"__keep\""));
         }
         if !self.rules.is_empty() {
             let arms: Vec<String> =
@@ -212,11 +218,18 @@ impl Expressions for SqlExpressions {
         }
         let computed = (0..self.computed.len()).map(|i| out.column(i).clone()).collect();
         let mut next = self.computed.len();
-        let keep = self.filter.as_ref().map(|_| {
-            next += 1;
-            out.column(next - 1).as_boolean().clone()
-        });
-        let failed = (!self.rules.is_empty()).then(|| out.column(next).as_primitive::<Int32Type>().clone());
+        let odd = || Error::new(ErrorKind::Config, "an expression returned another type than it should");
+        let keep = match &self.filter {
+            Some(_) => {
+                next += 1;
+                Some(out.column(next - 1).as_boolean_opt().ok_or_else(odd)?.clone())
+            }
+            None => None,
+        };
+        let failed = match self.rules.is_empty() {
+            true => None,
+            false => Some(out.column(next).as_primitive_opt::<Int32Type>().ok_or_else(odd)?.clone()),
+        };
         Ok(Evaluated { computed, keep, failed })
     }
 

@@ -30,7 +30,7 @@ pub(super) fn apply(
     };
     // Events the script's WHERE left out count as filtered.
     let returned = output.as_ref().map_or(0, RecordBatch::num_rows);
-    out.filtered += write.data.num_rows().saturating_sub(errors.len() + returned) as u64;
+    let input = write.data.num_rows();
     let reject =
         |data: &RecordBatch, row: usize, ctx: Option<&(i64, i64, Option<serde_json::Value>)>, reason: String| {
             let (sequence, received_us, source) = ctx.cloned().unwrap_or((last_sequence, 0, None));
@@ -45,13 +45,34 @@ pub(super) fn apply(
                 source,
             }
         };
+    if returned + errors.len() > input {
+        // A join or unnest made rows of its own: which event is which can no longer be told.
+        for row in 0..input {
+            let reason = "script: it returned more rows than it was given events (one row in, at most one out)";
+            rejects.push(reject(&write.data, row, kept.rows.get(row), reason.to_string()));
+        }
+        kept.rows.clear();
+        return Ok(None);
+    }
+    out.filtered += input.saturating_sub(errors.len() + returned) as u64;
     for (row, error) in errors {
         rejects.push(reject(&write.data, row, kept.rows.get(row), format!("script: {error}")));
     }
     // The script's rows no longer line up with the events they came from.
     kept.rows.clear();
     let Some(output) = output.filter(|o| o.num_rows() > 0) else { return Ok(None) };
-    let (data, schema, changes, misfits) = reshape(&kept.original, &output)?;
+    let (data, schema, changes, misfits) = match reshape(&kept.original, &output) {
+        Ok(reshaped) => reshaped,
+        // A column Sluice cannot store, or a table at its column limit: the same every time,
+        // so the rows go to the ledger rather than the batch failing again and again.
+        Err(e) if e.kind() == ErrorKind::Data => {
+            for row in 0..output.num_rows() {
+                rejects.push(reject(&output, row, None, format!("script: {}", e.message())));
+            }
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
     for (row, reason) in misfits {
         rejects.push(reject(&output, row, None, reason));
     }

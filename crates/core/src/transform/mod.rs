@@ -247,6 +247,13 @@ pub fn column_type_of(ty: &DataType) -> Option<ColumnType> {
         DataType::Time32(_) | DataType::Time64(_) => ColumnType::Time,
         DataType::Decimal128(p, s) if *s >= 0 && *p <= 38 => ColumnType::Decimal(*p, *s as u8),
         DataType::Binary | DataType::LargeBinary => ColumnType::Blob,
+        DataType::List(item) | DataType::LargeList(item) => ColumnType::List(match item.data_type() {
+            DataType::Boolean => crate::schema::Scalar::Boolean,
+            DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => crate::schema::Scalar::Bigint,
+            DataType::Float32 | DataType::Float64 => crate::schema::Scalar::Double,
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => crate::schema::Scalar::Varchar,
+            _ => return None,
+        }),
         _ => return None,
     })
 }
