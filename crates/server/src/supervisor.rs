@@ -554,7 +554,12 @@ pub(crate) async fn reload(
             .with_transform(transform::build(config.transform.as_ref())?);
         return Ok((checkpoint, decoder));
     }
-    let resume = state.resume(&config.name, &config.table).await?;
+    // A routed stream's tables are the route's, whatever its `table` says.
+    let tables = match config.transform.as_ref().and_then(|t| t.route.as_deref()) {
+        Some(route) => sluice_core::transform::Route::pattern(route),
+        None => config.table.clone(),
+    };
+    let resume = state.resume(&config.name, &tables).await?;
     let decoder = Decoder::new(config.table.clone(), config.metadata.clone(), resume.schemas)
         .with_changes(changes)
         .with_transform(transform::build(config.transform.as_ref())?);

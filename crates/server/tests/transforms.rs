@@ -184,6 +184,13 @@ async fn events_are_routed_by_a_field_to_tables_and_unroutable_ones_go_to_the_le
     let reasons = server.lines("SELECT reason FROM sluice.rejects ORDER BY position").await;
     assert_eq!(reasons.len(), 2, "{reasons:?}");
     assert!(reasons[0].contains("cannot name a table") && reasons[1].contains("`kind` is missing"), "{reasons:?}");
+    // After a restart the routed tables are known: a new field becomes a column of the right one.
+    server.stop();
+    let server = Server::start(&dir.0).await;
+    let late = json!([{"kind": "click", "n": 200, "extra": "x"}]);
+    assert_eq!(server.push("r", &key, late.to_string()).await.0, 202);
+    assert_eq!(server.lines("SELECT count(*) || '|' || count(extra) FROM ev_click").await, ["31|1"]);
+    assert_eq!(server.lines("SELECT count(*) FROM sluice.rejects").await, ["2"], "nothing more refused");
 }
 
 #[tokio::test]

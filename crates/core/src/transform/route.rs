@@ -52,6 +52,20 @@ impl Route {
         Ok(Self { parts })
     }
 
+    /// The tables a route template can name, as a `*` pattern (`ev_{kind}` → `ev_*`), so a
+    /// restarted stream finds the tables it routed to before.
+    pub fn pattern(template: &str) -> String {
+        let mut out = String::new();
+        let mut rest = template;
+        while let Some(open) = rest.find('{') {
+            out.push_str(&rest[..open]);
+            out.push('*');
+            rest = rest[open..].find('}').map_or("", |close| &rest[open + close + 1..]);
+        }
+        out.push_str(rest);
+        out
+    }
+
     /// The table for `event`, with `*` as `star` (the record's route) where it has one.
     pub fn render(&self, event: &Map<String, Value>, star: Option<&str>) -> Result<String, String> {
         let mut out = String::new();
@@ -106,6 +120,7 @@ mod tests {
         assert!(Route::parse("plain").unwrap_err().contains("names no"));
         assert!(Route::parse("a_{kind").unwrap_err().contains("not closed"));
         assert!(Route::parse("a_{}").unwrap_err().contains("does not name"));
+        assert_eq!(Route::pattern("ev_{kind}_{meta.region}"), "ev_*_*");
         let star = Route::parse("*_{kind}").unwrap();
         assert_eq!(star.render(&event, Some("orders")).unwrap(), "orders_click");
     }
