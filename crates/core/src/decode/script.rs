@@ -5,8 +5,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray};
-use arrow::compute::CastOptions;
+use arrow::array::{Array, BooleanArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 
@@ -15,7 +14,7 @@ use super::transformed::{Kept, row_json};
 use crate::batch::{Reject, TableWrite};
 use crate::error::{Error, ErrorKind, Result};
 use crate::schema::{Column, ColumnType, SchemaChange, TableSchema};
-use crate::transform::column_type_of;
+use crate::transform::{cast_to, column_type_of};
 
 /// Run the script over `write`; `None` when no row is left.
 pub(super) fn apply(
@@ -140,7 +139,7 @@ fn reshape(original: &TableSchema, output: &RecordBatch) -> Result<Reshaped> {
                 (field.name().clone(), ty)
             }
         };
-        let fitted = fit(array, ty)?;
+        let fitted = cast_to(array, ty)?;
         for (row, f) in fits.iter_mut().enumerate() {
             if !*f || array.is_null(row) || fitted.is_valid(row) {
                 continue;
@@ -167,22 +166,4 @@ fn reshape(original: &TableSchema, output: &RecordBatch) -> Result<Reshaped> {
             .map_err(|e| Error::new(ErrorKind::Fatal, "could not filter a batch").with_source(e))?
     };
     Ok((Some(batch).filter(|b| b.num_rows() > 0), schema, changes, misfits))
-}
-
-/// `array` as column type `ty`; values that cannot be converted become NULL (and their rows
-/// are found by the caller).
-fn fit(array: &ArrayRef, ty: ColumnType) -> Result<ArrayRef> {
-    let target = ty.arrow();
-    if array.data_type() == &target {
-        return Ok(array.clone());
-    }
-    arrow::compute::cast_with_options(array, &target, &CastOptions { safe: true, ..CastOptions::default() }).map_err(
-        |e| {
-            Error::new(
-                ErrorKind::Data,
-                format!("a script value of type {} cannot be stored as {ty}", array.data_type()),
-            )
-            .with_source(e)
-        },
-    )
 }

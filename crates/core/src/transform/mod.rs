@@ -15,7 +15,7 @@ mod route;
 use std::fmt;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int32Array, new_null_array};
-use arrow::datatypes::{DataType, TimeUnit};
+use arrow::datatypes::DataType;
 use arrow::record_batch::RecordBatch;
 
 pub use config::{FieldRule, FieldType, Mask, Rule, TransformConfig};
@@ -264,13 +264,8 @@ pub fn cast_to(array: &ArrayRef, ty: ColumnType) -> Result<ArrayRef> {
     if array.data_type() == &target {
         return Ok(array.clone());
     }
-    // DuckDB hands out timestamps in its own unit; the columns are microseconds.
-    let target = match (&target, array.data_type()) {
-        (DataType::Timestamp(TimeUnit::Microsecond, tz), _) => DataType::Timestamp(TimeUnit::Microsecond, tz.clone()),
-        _ => target,
-    };
     arrow::compute::cast(array, &target).map_err(|e| {
-        Error::new(ErrorKind::Data, format!("a computed value of type {} cannot be stored as {ty}", array.data_type()))
+        Error::new(ErrorKind::Data, format!("a value of type {} cannot be stored as {ty}", array.data_type()))
             .with_source(e)
     })
 }
