@@ -1,11 +1,12 @@
-# Sourced: DuckDB's ducklake, sqlite_scanner, postgres_scanner, httpfs, iceberg and avro extensions for the
+# Sourced: DuckDB's ducklake, sqlite_scanner, postgres_scanner, httpfs, iceberg, avro and delta
+# extensions (delta: tests read Delta tables with it) for the
 # DuckDB version Sluice links, from their PyPI wheels (DuckDB's own extension server is not
 # reachable here), laid out as DuckDB's extension_directory wants: <dir>/v<version>/linux_amd64/.
 # Sluice's DuckLake destination loads them from SLUICE_DUCKDB_EXTENSIONS; nothing is downloaded
 # at run time.
 export SLUICE_DUCKDB_EXTENSIONS="${SLUICE_CACHE:-$HOME/.cache/sluice}/duckdb-extensions"
 _ext_dir="$SLUICE_DUCKDB_EXTENSIONS/v$DUCKDB_VERSION/linux_amd64"
-_ext_names="ducklake sqlite_scanner postgres_scanner httpfs iceberg avro"
+_ext_names="ducklake sqlite_scanner postgres_scanner httpfs iceberg avro delta"
 _ext_missing=""
 for _e in $_ext_names; do [ -f "$_ext_dir/$_e.duckdb_extension" ] || _ext_missing=1; done
 if [ -n "$_ext_missing" ]; then

@@ -26,3 +26,9 @@ if ! "$PYTOOLS_PYTHON" -c "import pyiceberg" >/dev/null 2>&1; then
   echo "sluice: installing pyiceberg 0.12.0 (PyPI)" >&2
   "$PYTOOLS_VENV/bin/pip" install -q "pyiceberg==0.12.0"
 fi
+# deltalake (delta-rs's Python package), the reader tests use to check Delta tables Sluice wrote
+# (its own check, so adding it never reinstalls the rest).
+if ! "$PYTOOLS_PYTHON" -c "import deltalake" >/dev/null 2>&1; then
+  echo "sluice: installing deltalake 1.6.6 (PyPI)" >&2
+  "$PYTOOLS_VENV/bin/pip" install -q "deltalake==1.6.6"
+fi

@@ -3,6 +3,7 @@
 pub mod clickhouse;
 mod connection;
 mod delivery;
+pub mod delta;
 pub mod ducklake;
 pub mod files;
 pub mod http_api;

@@ -189,6 +189,26 @@ impl StreamConfig {
                 }
                 &c.table
             }
+            DestinationConfig::Delta(c) => {
+                c.validate_connection()?;
+                // A Delta commit holds one table: rows of two tables and the position could
+                // not land at once.
+                let routed = self.transform.as_ref().is_some_and(|t| t.route.is_some());
+                if self.table.contains(['*', '[']) || routed {
+                    return Err(Error::config(
+                        "table",
+                        "a stream into Delta writes one table (one commit holds one); name it",
+                    ));
+                }
+                if self.history {
+                    return Err(Error::config(
+                        "history",
+                        "the history is a second table, which a Delta commit cannot hold with the mirror's rows",
+                    ));
+                }
+                crate::delta::check_table("table", &self.table)?;
+                &c.table
+            }
             DestinationConfig::Clickhouse(c) => {
                 c.validate_connection()?;
                 &c.table

@@ -12,6 +12,7 @@ use sluice_core::secret::{REDACTED, keep, restore};
 use sluice_core::{Destination, Error, Result, Secret, SyncMode};
 
 use crate::clickhouse::{ClickhouseConfig, ClickhouseTarget};
+use crate::delta::{DeltaConfig, DeltaTarget};
 use crate::ducklake::{DuckLakeConfig, DuckLakeTarget};
 use crate::files::{FilesConfig, FilesTarget};
 use crate::http_api::{HttpApiConfig, HttpApiTarget, restore_url_password, url_password};
@@ -97,6 +98,8 @@ pub enum DestinationConfig {
     Ducklake(DuckLakeConfig),
     /// A table of an Iceberg REST catalog.
     Iceberg(IcebergConfig),
+    /// A Delta Lake table (a folder or S3), written by Sluice's own log writer.
+    Delta(DeltaConfig),
     /// A ClickHouse table, over its HTTP interface.
     Clickhouse(ClickhouseConfig),
     /// A Snowflake table, over the drivers' REST protocol.
@@ -129,6 +132,7 @@ impl SyncConfig {
             DestinationConfig::Http(c) => c.validate(),
             DestinationConfig::Ducklake(c) => c.validate(),
             DestinationConfig::Iceberg(c) => c.validate(),
+            DestinationConfig::Delta(c) => c.validate(),
             DestinationConfig::Clickhouse(c) => c.validate(),
             DestinationConfig::Snowflake(c) => c.validate(),
         }
@@ -181,6 +185,11 @@ impl DestinationConfig {
                     c.s3.as_ref().and_then(|s| s.secret_access_key.as_ref()),
                 );
             }
+            Self::Delta(c) => keep(
+                &mut out,
+                "destination.s3.secret_access_key",
+                c.s3.as_ref().and_then(|s| s.secret_access_key.as_ref()),
+            ),
             Self::Iceberg(c) => {
                 keep(&mut out, "destination.token", c.token.as_ref());
                 keep(&mut out, "destination.client_secret", c.client_secret.as_ref());
@@ -226,6 +235,11 @@ impl DestinationConfig {
             Self::Snowflake(c) => restore(&mut c.password, secrets, "destination.password"),
             Self::Ducklake(c) => {
                 restore(&mut c.catalog_password, secrets, "destination.catalog_password");
+                if let Some(s3) = &mut c.s3 {
+                    restore(&mut s3.secret_access_key, secrets, "destination.s3.secret_access_key");
+                }
+            }
+            Self::Delta(c) => {
                 if let Some(s3) = &mut c.s3 {
                     restore(&mut s3.secret_access_key, secrets, "destination.s3.secret_access_key");
                 }
@@ -277,6 +291,7 @@ pub fn build_destination(config: &DestinationConfig) -> Result<Box<dyn Destinati
         DestinationConfig::Http(c) => Box::new(HttpApiTarget::new(c.clone())?),
         DestinationConfig::Ducklake(c) => Box::new(DuckLakeTarget::new(c.clone())),
         DestinationConfig::Iceberg(c) => Box::new(IcebergTarget::new(c.clone())),
+        DestinationConfig::Delta(c) => Box::new(DeltaTarget::new(c.clone())),
         DestinationConfig::Clickhouse(c) => Box::new(ClickhouseTarget::new(c.clone())),
         DestinationConfig::Snowflake(c) => Box::new(SnowflakeTarget::new(c.clone())),
     })

@@ -24,6 +24,7 @@ mod debezium_fidelity;
 mod debezium_real;
 mod destinations;
 mod destinations_clickhouse;
+mod destinations_delta;
 mod destinations_ducklake;
 mod destinations_ducklake_upkeep;
 mod destinations_files;

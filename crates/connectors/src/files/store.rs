@@ -42,26 +42,7 @@ impl Store {
                     .map_err(|e| Error::config("destination.location", e))?;
                 Backend::Object(Arc::new(store))
             }
-            Scheme::S3 => {
-                let s3 = config.s3.clone().unwrap_or(S3Config {
-                    endpoint: None,
-                    region: default_region(),
-                    access_key_id: None,
-                    secret_access_key: None,
-                });
-                let mut builder =
-                    AmazonS3Builder::from_env().with_bucket_name(bucket).with_region(&s3.region).with_retry(retry());
-                if let Some(endpoint) = &s3.endpoint {
-                    builder = builder.with_endpoint(endpoint).with_allow_http(endpoint.starts_with("http://"));
-                }
-                if let Some(id) = &s3.access_key_id {
-                    builder = builder.with_access_key_id(id);
-                }
-                if let Some(secret) = &s3.secret_access_key {
-                    builder = builder.with_secret_access_key(secret.expose());
-                }
-                Backend::Object(Arc::new(builder.build().map_err(|e| Error::config("destination.s3", e))?))
-            }
+            Scheme::S3 => Backend::Object(s3_store(bucket, config.s3.as_ref(), "destination.s3")?),
             Scheme::Azure => {
                 let azure = config.azure.as_ref().ok_or_else(|| Error::config("destination.azure", "needed"))?;
                 let mut builder = MicrosoftAzureBuilder::from_env()
@@ -117,6 +98,23 @@ impl Store {
         self.put(&probe, Vec::new()).await?;
         self.delete(&probe).await
     }
+}
+
+/// The S3 bucket `bucket` with the account of `s3` (the usual AWS environment variables fill
+/// what it leaves out); `field` names the settings in errors.
+pub(crate) fn s3_store(bucket: &str, s3: Option<&S3Config>, field: &str) -> Result<Arc<dyn ObjectStore>> {
+    let region = s3.map_or_else(default_region, |s| s.region.clone());
+    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket).with_region(region).with_retry(retry());
+    if let Some(endpoint) = s3.and_then(|s| s.endpoint.as_ref()) {
+        builder = builder.with_endpoint(endpoint).with_allow_http(endpoint.starts_with("http://"));
+    }
+    if let Some(id) = s3.and_then(|s| s.access_key_id.as_ref()) {
+        builder = builder.with_access_key_id(id);
+    }
+    if let Some(secret) = s3.and_then(|s| s.secret_access_key.as_ref()) {
+        builder = builder.with_secret_access_key(secret.expose());
+    }
+    Ok(Arc::new(builder.build().map_err(|e| Error::config(field, e))?))
 }
 
 /// A few quick retries: a put that keeps failing is tried again later by its caller, while the

@@ -247,24 +247,34 @@ async fn set_paused(state: &AppState, id: &str, paused: bool) -> Result<Json<Val
     Ok(Json(describe(&stream)))
 }
 
-/// `POST /api/streams/:id/compact`: compact a DuckLake destination's tables now (rewrite
-/// much-deleted files, merge small ones, expire old snapshots, remove unread files); the
-/// stream goes on meanwhile. 409 for other destinations.
+/// `POST /api/streams/:id/compact`: compact a lake destination's tables now. DuckLake: rewrite
+/// much-deleted files, merge small ones, expire old snapshots, remove unread files. Delta: merge
+/// small files, write a checkpoint, delete what the retention no longer keeps. The stream goes
+/// on meanwhile. 409 for other destinations.
 pub async fn compact(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let stream = super::running_stream(&state, &id).await?;
-    let Some(sluice_connectors::DestinationConfig::Ducklake(lake)) = &stream.config.destination else {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            format!("stream '{id}' does not write a DuckLake; only DuckLake destinations are compacted"),
-        ));
+    let (report, what) = match &stream.config.destination {
+        Some(sluice_connectors::DestinationConfig::Ducklake(lake)) => {
+            let report = sluice_connectors::ducklake::compact(lake).await?;
+            sluice_connectors::ducklake::record(&stream.metrics, &report);
+            let what = format!("DuckLake compacted: {} files to {}", report.before.files, report.after.files);
+            (json!(report), what)
+        }
+        Some(sluice_connectors::DestinationConfig::Delta(delta)) => {
+            let report = sluice_connectors::delta::compact(delta, std::slice::from_ref(&stream.config.table)).await?;
+            stream.metrics.set_destination("files", report.after.files as f64);
+            stream.metrics.set_destination("file_bytes", report.after.bytes as f64);
+            stream.metrics.add_destination("compactions", 1.0);
+            let what = format!("Delta compacted: {} files to {}", report.before.files, report.after.files);
+            (json!(report), what)
+        }
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("stream '{id}' does not write a DuckLake or Delta table; only those are compacted"),
+            ));
+        }
     };
-    let report = sluice_connectors::ducklake::compact(lake).await?;
-    sluice_connectors::ducklake::record(&stream.metrics, &report);
-    state.supervisor.feeds().activity().record(
-        "stream_changed",
-        &id,
-        format!("DuckLake compacted: {} files to {}", report.before.files, report.after.files),
-        json!(report),
-    );
-    Ok(Json(json!(report)))
+    state.supervisor.feeds().activity().record("stream_changed", &id, what, report.clone());
+    Ok(Json(report))
 }

@@ -124,6 +124,13 @@ pub async fn run(args: MirrorBenchArgs) -> Result<(), String> {
             args.changes as f64 / secs
         );
         println!("peak RSS of the server: {:.0} MiB", rss as f64 / 1024.0);
+        // For a reader of the destination to check against.
+        println!(
+            "expected final state: {} rows, sum(id) {}, sum(version) {}",
+            expected.len(),
+            expected.keys().sum::<u64>(),
+            expected.values().sum::<u64>()
+        );
         return Ok(());
     }
     // Every push was answered after its commit, so the table is final now; check it.

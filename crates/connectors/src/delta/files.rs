@@ -1,0 +1,124 @@
+//! A Delta table's data files: Parquet written from batches conformed to the table's columns,
+//! read back (older files lack later columns: those read as null), and rows' keys as bytes
+//! (arrow's row format) so a merge finds the files that hold the keys it changes.
+
+use std::collections::HashMap;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::SchemaRef;
+use arrow::row::{RowConverter, SortField};
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use sluice_core::{Error, ErrorKind, Result};
+
+use super::log::{Add, Log, now_ms};
+use super::schema::conform;
+
+fn failed(what: &str, e: &dyn std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Fatal, format!("delta: {what}: {e}"))
+}
+
+/// Write `batches` (already of the table's columns) as a new data file; its `add` action.
+pub(crate) async fn write(log: &Log, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Add> {
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+    let mut writer =
+        ArrowWriter::try_new(Vec::new(), schema.clone(), Some(properties)).map_err(|e| failed("a data file", &e))?;
+    for batch in batches.iter().filter(|b| b.num_rows() > 0) {
+        writer.write(batch).map_err(|e| failed("a data file", &e))?;
+    }
+    let bytes = writer.into_inner().map_err(|e| failed("a data file", &e))?;
+    let path = format!("part-{:032x}.snappy.parquet", rand::random::<u128>());
+    let size = i64::try_from(bytes.len()).unwrap_or(i64::MAX);
+    log.put(&path, bytes).await?;
+    Ok(Add {
+        path,
+        partition_values: Default::default(),
+        size,
+        modification_time: now_ms(),
+        data_change: true,
+        stats: Some(format!(r#"{{"numRecords":{rows}}}"#)),
+        deletion_vector: None,
+    })
+}
+
+/// The rows of data file `path`, as the table's columns `schema`.
+pub(crate) async fn read(log: &Log, path: &str, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+    let bytes = log
+        .get(path)
+        .await?
+        .ok_or_else(|| Error::new(ErrorKind::Fatal, format!("delta: data file {path} the log lists is missing")))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .and_then(|b| b.with_batch_size(65_536).build())
+        .map_err(|e| failed(path, &e))?;
+    reader.map(|batch| conform(&batch.map_err(|e| failed(path, &e))?, schema)).collect()
+}
+
+/// Rows' key values as comparable bytes, for key columns `columns` of one fixed set of types.
+pub(crate) struct KeyCodec {
+    pub columns: Vec<String>,
+    converter: RowConverter,
+}
+
+impl KeyCodec {
+    /// A codec of `columns` as `schema` (the table's) types them.
+    pub(crate) fn new(schema: &SchemaRef, columns: &[String]) -> Result<Self> {
+        let fields = columns
+            .iter()
+            .map(|c| {
+                let field = schema.field_with_name(c).map_err(|_| {
+                    Error::new(ErrorKind::Fatal, format!("delta: key column '{c}' is not in the table"))
+                })?;
+                Ok(SortField::new(field.data_type().clone()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let converter = RowConverter::new(fields).map_err(|e| failed("key columns", &e))?;
+        Ok(Self { columns: columns.to_vec(), converter })
+    }
+
+    /// Each row's key (`batch` has at least the key columns, of the table's types).
+    pub(crate) fn keys(&self, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
+        let columns = self
+            .columns
+            .iter()
+            .map(|c| {
+                batch
+                    .column_by_name(c)
+                    .cloned()
+                    .ok_or_else(|| Error::new(ErrorKind::Fatal, format!("delta: rows lack the key column '{c}'")))
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let rows = self.converter.convert_columns(&columns).map_err(|e| failed("key columns", &e))?;
+        Ok(rows.iter().map(|r| r.as_ref().to_vec()).collect())
+    }
+}
+
+/// Which data file holds each key of a keyed table, so a merge rewrites only those files.
+/// Built once by reading every file's rows, then kept up to date by each commit.
+pub(crate) struct KeyIndex {
+    pub codec: KeyCodec,
+    pub files: HashMap<Vec<u8>, String>,
+}
+
+impl KeyIndex {
+    /// Point the keys of `batches` at `path`.
+    pub(crate) fn point(&mut self, batches: &[RecordBatch], path: &str) -> Result<()> {
+        for batch in batches {
+            for key in self.codec.keys(batch)? {
+                self.files.insert(key, path.to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// Keys that pointed at one of `old` point at `new` (files merged into one).
+    pub(crate) fn move_files(&mut self, old: &std::collections::HashSet<String>, new: &str) {
+        for path in self.files.values_mut() {
+            if old.contains(path) {
+                *path = new.to_string();
+            }
+        }
+    }
+}

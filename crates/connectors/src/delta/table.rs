@@ -1,0 +1,361 @@
+//! One Delta table and how a write becomes one commit: columns added (and widened, by
+//! rewriting the files), rows appended, the table replaced, or rows merged by key by rewriting
+//! the files that hold the keys (copy-on-write: every Delta reader reads the result, with no
+//! deletion vectors to support), and a stream's position in the same commit.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow::array::{BooleanArray, RecordBatch};
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::{DataType, Schema, SchemaRef};
+use serde_json::json;
+use sluice_core::{Delivery, Error, ErrorKind, Result, Stamp, SyncMode};
+
+use super::files::{self, KeyCodec, KeyIndex};
+use super::log::{Action, Add, Commit, Format, Log, Metadata, Protocol, Remove, Snapshot, Txn, now_ms};
+use super::schema::{conform, evolve, parse_schema, schema_string};
+
+/// The table configuration key that holds `owner`'s position.
+const POSITION: &str = "sluice.position.";
+
+/// A table's log, its state as this process last read it, and its key index.
+pub(crate) struct Table {
+    pub name: String,
+    pub log: Log,
+    /// `None` until read, and again after a failed commit.
+    pub snapshot: Option<Snapshot>,
+    pub index: Option<KeyIndex>,
+}
+
+/// What one commit changes, built up delivery by delivery.
+struct Work {
+    schema: SchemaRef,
+    /// Committed files still live in this commit.
+    live: BTreeMap<String, Add>,
+    /// Files this commit adds.
+    adds: BTreeMap<String, Add>,
+    removes: Vec<Remove>,
+    /// Files written by this commit and then rewritten by it: never in the log, deleted after.
+    dropped: Vec<String>,
+    metadata: Option<Metadata>,
+    new_table: bool,
+    index: Option<KeyIndex>,
+}
+
+impl Work {
+    fn remove(&mut self, path: &str) {
+        if self.adds.remove(path).is_some() {
+            self.dropped.push(path.to_string());
+        } else if let Some(add) = self.live.remove(path) {
+            self.removes.push(Remove {
+                path: add.path,
+                deletion_timestamp: Some(now_ms()),
+                data_change: true,
+                extended_file_metadata: Some(true),
+                size: Some(add.size),
+            });
+        }
+    }
+
+    fn paths(&self) -> Vec<String> {
+        self.live.keys().chain(self.adds.keys()).cloned().collect()
+    }
+}
+
+impl Table {
+    pub(crate) fn new(name: String, log: Log) -> Self {
+        Self { name, log, snapshot: None, index: None }
+    }
+
+    /// The table as the log has it now; a commit by another writer drops the key index.
+    pub(crate) async fn current(&mut self) -> Result<&Snapshot> {
+        match &mut self.snapshot {
+            None => {
+                self.snapshot = Some(self.log.load().await?);
+                self.index = None;
+            }
+            Some(snapshot) => {
+                if self.log.refresh(snapshot).await? > 0 {
+                    self.index = None;
+                }
+            }
+        }
+        Ok(self.snapshot.as_ref().expect("loaded just now"))
+    }
+
+    /// The position `owner` committed last.
+    pub(crate) fn position(snapshot: &Snapshot, owner: &str) -> Option<String> {
+        snapshot.metadata.as_ref().and_then(|m| m.configuration.get(&format!("{POSITION}{owner}")).cloned())
+    }
+
+    /// The table's columns; `None` before its first commit.
+    pub(crate) fn columns(snapshot: &Snapshot) -> Result<Option<SchemaRef>> {
+        snapshot.metadata.as_ref().map(|m| parse_schema(&m.schema_string)).transpose()
+    }
+
+    /// Apply `deliveries` and `stamp` as one commit.
+    pub(crate) async fn write(&mut self, deliveries: &[&Delivery], stamp: Option<&Stamp>) -> Result<()> {
+        let snapshot = self.current().await?.clone();
+        if let Some(stamp) = stamp
+            && Self::position(&snapshot, &stamp.owner).as_deref() == Some(stamp.checkpoint.as_str())
+        {
+            // This unit's commit landed before (its answer was lost): writing it again would
+            // add its rows twice.
+            return Ok(());
+        }
+        snapshot.check_writable(&self.name)?;
+        let existing = Self::columns(&snapshot)?;
+        if existing.is_none() && deliveries.is_empty() {
+            return Ok(());
+        }
+        let mut work = Work {
+            schema: existing.clone().unwrap_or_else(|| Arc::new(Schema::empty())),
+            live: snapshot.files.clone(),
+            adds: BTreeMap::new(),
+            removes: Vec::new(),
+            dropped: Vec::new(),
+            metadata: snapshot.metadata.clone(),
+            new_table: existing.is_none(),
+            index: self.index.take(),
+        };
+        let result = self.build(&mut work, deliveries, &snapshot, stamp).await;
+        let actions = match result {
+            Ok(actions) => actions,
+            Err(e) => {
+                self.discard(&work).await;
+                return Err(e);
+            }
+        };
+        match self.log.commit(snapshot.version + 1, &actions).await {
+            Ok(Commit::Done) => {}
+            Ok(Commit::Taken) => {
+                self.discard(&work).await;
+                self.snapshot = None;
+                return Err(Error::new(
+                    ErrorKind::Transient,
+                    format!(
+                        "delta: another writer committed version {} of '{}' first",
+                        snapshot.version + 1,
+                        self.name
+                    ),
+                ));
+            }
+            Err(e) => {
+                // The commit may have landed: read the log again before the next write.
+                self.snapshot = None;
+                return Err(e);
+            }
+        }
+        for path in &work.dropped {
+            let _ = self.log.delete(path).await;
+        }
+        let snapshot = self.snapshot.as_mut().expect("read above");
+        snapshot.apply(&actions);
+        snapshot.version += 1;
+        self.index = work.index;
+        Ok(())
+    }
+
+    /// The commit's actions: every delivery applied to `work`, then the stamp.
+    async fn build(
+        &mut self,
+        work: &mut Work,
+        deliveries: &[&Delivery],
+        snapshot: &Snapshot,
+        stamp: Option<&Stamp>,
+    ) -> Result<Vec<Action>> {
+        let mut operation = "WRITE";
+        for delivery in deliveries {
+            self.apply(work, delivery).await?;
+            if delivery.mode.keyed() {
+                operation = "MERGE";
+            }
+        }
+        let mut actions = vec![Action::CommitInfo(json!({
+            "timestamp": now_ms(), "operation": operation, "engineInfo": concat!("sluice/", env!("CARGO_PKG_VERSION")),
+        }))];
+        let protocol = protocol_for(&work.schema);
+        if snapshot.protocol.as_ref().is_none_or(|p| p.min_reader_version < protocol.min_reader_version) {
+            actions.push(Action::Protocol(protocol));
+        }
+        let mut metadata = work.metadata.clone().unwrap_or_else(|| Metadata {
+            id: table_id(),
+            name: None,
+            description: None,
+            format: Format { provider: "parquet".into(), options: BTreeMap::new() },
+            schema_string: String::new(),
+            partition_columns: Vec::new(),
+            configuration: BTreeMap::new(),
+            created_time: Some(now_ms()),
+        });
+        let schema_text = schema_string(&work.schema)?;
+        let mut changed = work.new_table || metadata.schema_string != schema_text;
+        metadata.schema_string = schema_text;
+        if let Some(stamp) = stamp {
+            metadata.configuration.insert(format!("{POSITION}{}", stamp.owner), stamp.checkpoint.clone());
+            let app_id = format!("sluice-{}", stamp.owner);
+            let version = snapshot.txns.get(&app_id).map_or(0, |v| v + 1);
+            actions.push(Action::Txn(Txn { app_id, version, last_updated: Some(now_ms()) }));
+            changed = true;
+        }
+        if changed {
+            actions.push(Action::MetaData(metadata));
+        }
+        actions.extend(work.removes.iter().cloned().map(Action::Remove));
+        actions.extend(work.adds.values().cloned().map(Action::Add));
+        Ok(actions)
+    }
+
+    /// One delivery into `work`.
+    async fn apply(&mut self, work: &mut Work, delivery: &Delivery) -> Result<()> {
+        let evolution = evolve(&work.schema, &delivery.schema)?;
+        work.schema = evolution.schema;
+        if evolution.widened {
+            self.rewrite_all(work).await?;
+        }
+        let rows = delivery.rows.iter().map(|b| conform(b, &work.schema)).collect::<Result<Vec<_>>>()?;
+        let count: usize = rows.iter().map(RecordBatch::num_rows).sum();
+        match delivery.mode {
+            SyncMode::Append => {
+                let keep =
+                    work.index.as_ref().is_some_and(|i| !delivery.keys.is_empty() && i.codec.columns == delivery.keys);
+                if !keep {
+                    work.index = None;
+                }
+                self.add(work, &rows, count).await?;
+            }
+            SyncMode::Replace => {
+                for path in work.paths() {
+                    work.remove(&path);
+                }
+                work.index = None;
+                self.add(work, &rows, count).await?;
+            }
+            SyncMode::Upsert | SyncMode::Mirror => self.merge(work, delivery, &rows, count).await?,
+        }
+        Ok(())
+    }
+
+    /// Add `rows` as a file (none for no rows), its keys pointed at it in the index.
+    async fn add(&mut self, work: &mut Work, rows: &[RecordBatch], count: usize) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        let add = files::write(&self.log, &work.schema, rows).await?;
+        if let Some(index) = &mut work.index {
+            index.point(rows, &add.path)?;
+        }
+        work.adds.insert(add.path.clone(), add);
+        Ok(())
+    }
+
+    /// Upsert `rows` and delete `delivery.deletes` by key: the files holding any of those keys
+    /// are rewritten without them, and the rows are added as a new file.
+    async fn merge(&mut self, work: &mut Work, delivery: &Delivery, rows: &[RecordBatch], count: usize) -> Result<()> {
+        if delivery.keys.is_empty() {
+            return Err(Error::new(ErrorKind::Config, format!("delta: mode '{}' needs key columns", delivery.mode)));
+        }
+        if work.index.as_ref().is_none_or(|i| i.codec.columns != delivery.keys) {
+            work.index = Some(self.build_index(work, &delivery.keys).await?);
+        }
+        let index = work.index.as_mut().expect("built above");
+        let key_schema = Arc::new(Schema::new(
+            delivery
+                .keys
+                .iter()
+                .map(|k| work.schema.field_with_name(k).cloned())
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| Error::new(ErrorKind::Fatal, format!("delta: {e}")))?,
+        ));
+        let mut changed = HashSet::new();
+        for batch in rows {
+            changed.extend(index.codec.keys(batch)?);
+        }
+        for batch in &delivery.deletes {
+            changed.extend(index.codec.keys(&conform(batch, &key_schema)?)?);
+        }
+        let touched: BTreeSet<String> = changed.iter().filter_map(|k| index.files.get(k).cloned()).collect();
+        for path in touched {
+            let batches = files::read(&self.log, &path, &work.schema).await?;
+            let index = work.index.as_mut().expect("built above");
+            let mut kept = Vec::new();
+            for batch in batches {
+                let keys = index.codec.keys(&batch)?;
+                let keep: BooleanArray = keys.iter().map(|k| Some(!changed.contains(k))).collect();
+                for key in keys {
+                    if index.files.get(&key) == Some(&path) {
+                        index.files.remove(&key);
+                    }
+                }
+                let batch = filter_record_batch(&batch, &keep)
+                    .map_err(|e| Error::new(ErrorKind::Fatal, format!("delta: {e}")))?;
+                if batch.num_rows() > 0 {
+                    kept.push(batch);
+                }
+            }
+            work.remove(&path);
+            let kept_rows = kept.iter().map(RecordBatch::num_rows).sum();
+            self.add(work, &kept, kept_rows).await?;
+        }
+        self.add(work, rows, count).await
+    }
+
+    /// Which file holds each key: every file's key columns read once.
+    async fn build_index(&self, work: &Work, keys: &[String]) -> Result<KeyIndex> {
+        let mut index = KeyIndex { codec: KeyCodec::new(&work.schema, keys)?, files: HashMap::new() };
+        for path in work.paths() {
+            let batches = files::read(&self.log, &path, &work.schema).await?;
+            index.point(&batches, &path)?;
+        }
+        Ok(index)
+    }
+
+    /// Every file rewritten as the widened columns (Delta readers take a file's columns as the
+    /// table's types, so a file of integers under a double column must be rewritten).
+    async fn rewrite_all(&mut self, work: &mut Work) -> Result<()> {
+        work.index = None;
+        for path in work.paths() {
+            let batches = files::read(&self.log, &path, &work.schema).await?;
+            work.remove(&path);
+            let count = batches.iter().map(RecordBatch::num_rows).sum();
+            self.add(work, &batches, count).await?;
+        }
+        Ok(())
+    }
+
+    /// Delete the files an abandoned commit wrote.
+    async fn discard(&self, work: &Work) {
+        for path in work.adds.keys().chain(work.dropped.iter()) {
+            let _ = self.log.delete(path).await;
+        }
+    }
+}
+
+/// The protocol a table of `schema` needs: `timestamp_ntz` columns need reader 3 / writer 7.
+fn protocol_for(schema: &Schema) -> Protocol {
+    fn ntz(data_type: &DataType) -> bool {
+        match data_type {
+            DataType::Timestamp(_, None) => true,
+            DataType::List(item) => ntz(item.data_type()),
+            _ => false,
+        }
+    }
+    if schema.fields().iter().any(|f| ntz(f.data_type())) {
+        let features = Some(vec!["timestampNtz".to_string()]);
+        Protocol {
+            min_reader_version: 3,
+            min_writer_version: 7,
+            reader_features: features.clone(),
+            writer_features: features,
+        }
+    } else {
+        Protocol { min_reader_version: 1, min_writer_version: 2, reader_features: None, writer_features: None }
+    }
+}
+
+/// A new table's id, a random UUID.
+fn table_id() -> String {
+    let hex = format!("{:032x}", rand::random::<u128>() & !(0xf << 76) | (0x4 << 76));
+    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+}
