@@ -52,6 +52,11 @@ pub struct StreamConfig {
     /// table, files, an HTTP API), which keeps the stream's position with the rows where it can.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<DestinationConfig>,
+    /// With a database or warehouse destination: a table there that receives, in the unit's
+    /// own transaction, every ledger row of the stream (events the decoder refused, and rows the
+    /// destination refused, with its error), as the workspace ledger has them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_table: Option<String>,
     /// With a database destination: stage units on the local disk and load them every
     /// `every_ms` in one transaction (a staged bulk load), instead of one transaction per unit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -127,9 +132,45 @@ impl StreamConfig {
             && changes.format == Format::Json
     }
 
+    /// A dead-letter table is a second table in the unit's transaction: for destinations that
+    /// commit several tables at once, and not beside custom SQL (which writes only its blocks)
+    /// or a staged load.
+    fn validate_dead_letters(&self, table: &str) -> Result<()> {
+        let field = "dead_letter_table";
+        if table.is_empty() || table.len() > 128 || table.contains(['*', '[', '"', '`', '.']) {
+            return Err(Error::config(field, "a plain table name (no '.', quotes, '*' or '[')"));
+        }
+        let fits = match &self.destination {
+            Some(DestinationConfig::Postgres(c)) => c.custom_sql.is_none(),
+            Some(DestinationConfig::Mysql(c)) => c.custom_sql.is_none(),
+            Some(DestinationConfig::Sqlite(c)) => c.custom_sql.is_none(),
+            Some(DestinationConfig::Iceberg(c)) => c.multi_table_commit,
+            Some(
+                DestinationConfig::Snowflake(_) | DestinationConfig::Clickhouse(_) | DestinationConfig::Ducklake(_),
+            ) => true,
+            _ => false,
+        };
+        if !fits {
+            return Err(Error::config(
+                field,
+                "a dead-letter table needs a database or warehouse destination that commits it with the rows                  (postgres, mysql, sqlite without custom SQL; snowflake, clickhouse, ducklake; iceberg with                  multi_table_commit)",
+            ));
+        }
+        if self.stage.is_some() {
+            return Err(Error::config(field, "a staged load is not checked row by row; leave out `stage`"));
+        }
+        if table.eq_ignore_ascii_case(&self.table) {
+            return Err(Error::config(field, "must differ from the stream's table"));
+        }
+        Ok(())
+    }
+
     /// A stream's destination: a database table named by the stream's `table`, files, or an
     /// HTTP API.
     fn validate_destination(&self) -> Result<()> {
+        if let Some(table) = &self.dead_letter_table {
+            self.validate_dead_letters(table)?;
+        }
         if let Some(stage) = &self.stage {
             stage.validate()?;
             if !matches!(

@@ -123,6 +123,13 @@ impl RejectBatch {
         })
     }
 
+    /// These rows without the first `n`.
+    pub fn skip(&self, n: usize) -> RejectBatch {
+        let n = n.min(self.rows);
+        let columns = self.columns.iter().map(|c| c.slice(n, self.rows - n)).collect();
+        RejectBatch { columns, rows: self.rows - n }
+    }
+
     /// These rows, then `more`.
     pub fn with(&self, more: RejectBatch) -> RejectBatch {
         if self.is_empty() {

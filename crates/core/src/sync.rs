@@ -129,6 +129,15 @@ pub trait Destination: Send {
         Ok(())
     }
 
+    /// Apply `deliveries` and roll them back: whether they would commit. A stream whose unit
+    /// the destination refuses for good finds the refused rows this way (they go to the
+    /// ledger, and to its dead-letter table), and writes the rest. `None`: this kind cannot
+    /// try a write without keeping it, so a refused unit stops the stream.
+    async fn probe(&mut self, deliveries: &[Delivery]) -> Option<Result<()>> {
+        let _ = deliveries;
+        None
+    }
+
     /// The key columns of `table` as the destination declares them: its primary key, else its
     /// narrowest unique index. `None`: the table does not exist, or this kind cannot tell;
     /// empty: it has neither.

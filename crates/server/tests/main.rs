@@ -19,6 +19,7 @@ mod auth;
 mod connections;
 mod crash;
 mod custom_sql;
+mod dead_letters;
 mod debezium_capture;
 mod debezium_fidelity;
 mod debezium_real;

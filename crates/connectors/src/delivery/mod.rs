@@ -46,6 +46,11 @@ pub struct DeliverySink {
     metrics: Arc<StreamMetrics>,
     /// The destination runs custom SQL: it gets every change, with its op.
     changes: bool,
+    /// The destination's table for the stream's ledger rows, written with the unit.
+    dead_letters: Option<String>,
+    /// The unit whose ledger rows are in the workspace already, and how many: a write tried
+    /// again (after a failure, or without the rows the destination refused) adds only the rest.
+    ledgered: std::sync::Mutex<Option<(Checkpoint, usize)>>,
 }
 
 /// The column that carries a change's op (`c`, `u`, `d`, `r`) to custom SQL.
@@ -70,6 +75,7 @@ impl DeliverySink {
         workspace: Workspace,
         metrics: Arc<StreamMetrics>,
     ) -> Result<Self> {
+        let stream_config = stream;
         let (stage, stream) = (stream.stage, stream.name.as_str());
         let destination: Shared = Arc::new(Mutex::new(open(stream, config, stage, &workspace)?));
         tokio::spawn(tick(stream.to_string(), Arc::downgrade(&destination), metrics.clone()));
@@ -88,7 +94,18 @@ impl DeliverySink {
             DestinationConfig::Sqlite(c) => c.custom_sql.is_some(),
             _ => false,
         };
-        Ok(Self { stream: stream.to_string(), destination, stamps, workspace, push_keys: None, metrics, changes })
+        let dead_letters = stream_config.dead_letter_table.clone();
+        Ok(Self {
+            stream: stream.to_string(),
+            destination,
+            stamps,
+            workspace,
+            push_keys: None,
+            metrics,
+            changes,
+            dead_letters,
+            ledgered: std::sync::Mutex::default(),
+        })
     }
 
     /// Make the destination forget where `stream` stands (it is removed, or starts over from
@@ -196,6 +213,29 @@ impl DeliverySink {
         Ok(out)
     }
 
+    /// The unit's deliveries, and its ledger rows for the dead-letter table when there is one.
+    fn all_deliveries(&self, unit: &WriteUnit) -> Result<Vec<Delivery>> {
+        let mut deliveries = self.deliveries(unit)?;
+        if let Some(table) = self.dead_letters.as_ref().filter(|_| !unit.rejects.is_empty()) {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+            let rows = unit.rejects.to_ledger(&self.stream, now);
+            deliveries.push(Delivery {
+                sync: self.stream.clone(),
+                run_id: String::new(),
+                mode: SyncMode::Append,
+                keys: Vec::new(),
+                schema: rows.schema(),
+                rows: vec![rows],
+                deletes: Vec::new(),
+                table: Some(table.clone()),
+                copy: None,
+            });
+        }
+        Ok(deliveries)
+    }
+
     /// A unit for the workspace with no rows: the ledger rows, or the push keys and marks of
     /// replayed ledger rows, with the checkpoint (the stream's totals).
     fn control(unit: &WriteUnit, ledger: bool) -> Arc<WriteUnit> {
@@ -212,13 +252,35 @@ impl DeliverySink {
 
 #[async_trait]
 impl Sink for DeliverySink {
+    /// A unit tried and rolled back by the destination, where it can: a unit it refuses for
+    /// good then has its refused rows found and sent to the ledger (and the dead-letter table),
+    /// and the rest written.
+    async fn probe(&self, unit: Arc<WriteUnit>) -> Option<Result<()>> {
+        if !self.stamps {
+            return None;
+        }
+        let deliveries = match self.all_deliveries(&unit) {
+            Ok(deliveries) => deliveries,
+            Err(e) => return Some(Err(e)),
+        };
+        self.destination.lock().await.probe(&deliveries).await
+    }
+
     async fn write(&self, unit: Arc<WriteUnit>) -> Result<()> {
         // The ledger first: a crash after it replays the unit, and a ledger row twice is better
         // than none (the destination's position decides what is read again).
-        if !unit.rejects.is_empty() {
-            self.workspace.write(Self::control(&unit, true)).await?;
+        let already = match &*self.ledgered.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            Some((checkpoint, n)) if *checkpoint == unit.checkpoint => *n,
+            _ => 0,
+        };
+        if unit.rejects.len() > already {
+            let mut control = Self::control(&unit, true);
+            Arc::make_mut(&mut control).rejects = unit.rejects.skip(already);
+            self.workspace.write(control).await?;
+            *self.ledgered.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some((unit.checkpoint.clone(), unit.rejects.len()));
         }
-        let mut deliveries = self.deliveries(&unit)?;
+        let mut deliveries = self.all_deliveries(&unit)?;
         let envelope = Envelope {
             checkpoint: unit.checkpoint.clone(),
             push_keys: unit.idempotency.iter().map(|k| (k.key.clone(), k.answer.clone())).collect(),

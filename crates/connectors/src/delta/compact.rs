@@ -7,7 +7,6 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use arrow::array::RecordBatch;
-use futures_util::TryStreamExt;
 use serde::Serialize;
 use serde_json::json;
 use sluice_core::{Error, ErrorKind, Result};
@@ -62,6 +61,8 @@ impl Table {
     pub(crate) async fn upkeep(&mut self, settings: &DeltaCompaction, force: bool) -> Result<CompactionReport> {
         let started = Instant::now();
         let snapshot = self.current().await?.clone();
+        // A table Sluice would write wrongly is not compacted or checkpointed either.
+        snapshot.check_writable(&self.name)?;
         let before = FileFigures::of(&snapshot);
         let mut small: Vec<_> = snapshot
             .files
@@ -92,13 +93,14 @@ impl Table {
         let Some(schema) = Table::columns(snapshot)? else { return Ok(false) };
         let mut actions = vec![Action::CommitInfo(json!({
             "timestamp": now_ms(), "operation": "OPTIMIZE", "engineInfo": concat!("sluice/", env!("CARGO_PKG_VERSION")),
+            "txnId": super::log::random_id(),
         }))];
         let mut written = Vec::new();
         let mut moves = Vec::new();
         for bin in bins(small) {
             let mut batches: Vec<RecordBatch> = Vec::new();
             for add in bin {
-                batches.extend(files::read(&self.log, &add.path, &schema).await?);
+                batches.extend(files::read(&self.log, &add.path, &schema, None).await?);
             }
             let mut add = files::write(&self.log, &schema, &batches).await?;
             add.data_change = false;
@@ -109,7 +111,7 @@ impl Table {
                     path: gone.path.clone(),
                     deletion_timestamp: Some(now_ms()),
                     data_change: false,
-                    extended_file_metadata: Some(true),
+                    extended_file_metadata: None,
                     size: Some(gone.size),
                 }));
             }
@@ -156,8 +158,11 @@ impl Table {
         Ok(())
     }
 
-    /// Delete removed data files older than `keep_s`, and commits and checkpoints before the
-    /// last checkpoint that are older than that; how many went.
+    /// Delete what no version within `keep_s` reads: removed data files older than that, data
+    /// files no commit lists (an abandoned write's) older than that, and the commits and
+    /// checkpoints before the newest checkpoint that is older than that (the protocol's
+    /// metadata cleanup: every version since that checkpoint can still be rebuilt). How many
+    /// went.
     async fn vacuum(&mut self, keep_s: u64) -> Result<u64> {
         let cutoff = now_ms() - i64::try_from(keep_s.saturating_mul(1000)).unwrap_or(i64::MAX);
         let snapshot = self.snapshot.as_mut().expect("read by the caller");
@@ -169,15 +174,39 @@ impl Table {
             self.snapshot.as_mut().expect("read by the caller").removed.remove(&path);
             removed += 1;
         }
-        let checkpoint = self.snapshot.as_ref().map_or(-1, |s| s.checkpoint);
-        let prefix = self.log.path("_delta_log/");
-        let listed: Vec<_> =
-            self.log.store().list(Some(&prefix)).try_collect().await.map_err(super::log::store_error)?;
-        for meta in listed {
+        let snapshot = self.snapshot.as_ref().expect("read by the caller");
+        let root = self.log.path("");
+        let listed = self.log.store().list_with_delimiter(Some(&root)).await.map_err(super::log::store_error)?;
+        for meta in listed.objects {
             let Some(name) = meta.location.filename() else { continue };
-            let version = name.split('.').next().and_then(|v| v.parse::<i64>().ok());
-            let old = meta.last_modified.timestamp_millis() < cutoff;
-            if version.is_some_and(|v| v < checkpoint) && old {
+            let orphan = name.starts_with("part-")
+                && name.ends_with(".parquet")
+                && !snapshot.files.contains_key(name)
+                && !snapshot.removed.contains_key(name);
+            if orphan && meta.last_modified.timestamp_millis() < cutoff {
+                self.log.delete(name).await?;
+                removed += 1;
+            }
+        }
+        let logs = self.log.path("_delta_log");
+        let listed = self.log.store().list_with_delimiter(Some(&logs)).await.map_err(super::log::store_error)?;
+        // (version, is a checkpoint, name, modified)
+        let entries: Vec<(i64, bool, String, i64)> = listed
+            .objects
+            .iter()
+            .filter_map(|meta| {
+                let name = meta.location.filename()?.to_string();
+                let (digits, rest) = name.split_once('.')?;
+                let version = digits.parse::<i64>().ok().filter(|_| digits.len() == 20)?;
+                let checkpoint = rest == "checkpoint.parquet";
+                (checkpoint || rest == "json")
+                    .then(|| (version, checkpoint, name, meta.last_modified.timestamp_millis()))
+            })
+            .collect();
+        let keep_from = entries.iter().filter(|e| e.1 && e.3 <= cutoff).map(|e| e.0).max();
+        if let Some(keep_from) = keep_from {
+            for (version, _, name, _) in entries.iter().filter(|e| e.0 < keep_from) {
+                let _ = version;
                 self.log.delete(&format!("_delta_log/{name}")).await?;
                 removed += 1;
             }

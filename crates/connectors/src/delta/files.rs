@@ -3,6 +3,7 @@
 //! (arrow's row format) so a merge finds the files that hold the keys it changes.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
@@ -20,16 +21,27 @@ fn failed(what: &str, e: &dyn std::fmt::Display) -> Error {
     Error::new(ErrorKind::Fatal, format!("delta: {what}: {e}"))
 }
 
+/// Parquet work off the async threads.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::new(ErrorKind::Fatal, "delta: Parquet work panicked").with_source(e))?
+}
+
 /// Write `batches` (already of the table's columns) as a new data file; its `add` action.
 pub(crate) async fn write(log: &Log, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Add> {
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
-    let mut writer =
-        ArrowWriter::try_new(Vec::new(), schema.clone(), Some(properties)).map_err(|e| failed("a data file", &e))?;
-    for batch in batches.iter().filter(|b| b.num_rows() > 0) {
-        writer.write(batch).map_err(|e| failed("a data file", &e))?;
-    }
-    let bytes = writer.into_inner().map_err(|e| failed("a data file", &e))?;
+    let (schema, batches) = (schema.clone(), batches.to_vec());
+    let bytes = blocking(move || {
+        let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+        let mut writer =
+            ArrowWriter::try_new(Vec::new(), schema, Some(properties)).map_err(|e| failed("a data file", &e))?;
+        for batch in batches.iter().filter(|b| b.num_rows() > 0) {
+            writer.write(batch).map_err(|e| failed("a data file", &e))?;
+        }
+        writer.into_inner().map_err(|e| failed("a data file", &e))
+    })
+    .await?;
     let path = format!("part-{:032x}.snappy.parquet", rand::random::<u128>());
     let size = i64::try_from(bytes.len()).unwrap_or(i64::MAX);
     log.put(&path, bytes).await?;
@@ -44,16 +56,46 @@ pub(crate) async fn write(log: &Log, schema: &SchemaRef, batches: &[RecordBatch]
     })
 }
 
-/// The rows of data file `path`, as the table's columns `schema`.
-pub(crate) async fn read(log: &Log, path: &str, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+/// The rows of data file `path`, as the table's columns `schema`; only the columns `only`
+/// names (and in that order) when given.
+pub(crate) async fn read(
+    log: &Log,
+    path: &str,
+    schema: &SchemaRef,
+    only: Option<&[String]>,
+) -> Result<Vec<RecordBatch>> {
     let bytes = log
         .get(path)
         .await?
         .ok_or_else(|| Error::new(ErrorKind::Fatal, format!("delta: data file {path} the log lists is missing")))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .and_then(|b| b.with_batch_size(65_536).build())
-        .map_err(|e| failed(path, &e))?;
-    reader.map(|batch| conform(&batch.map_err(|e| failed(path, &e))?, schema)).collect()
+    let schema = match only {
+        Some(names) => Arc::new(
+            schema
+                .project(&names.iter().filter_map(|n| schema.index_of(n).ok()).collect::<Vec<_>>())
+                .map_err(|e| failed(path, &e))?,
+        ),
+        None => schema.clone(),
+    };
+    let path = path.to_string();
+    blocking(move || {
+        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| failed(&path, &e))?;
+        // Only the columns wanted, matched by name (a file may lack later columns).
+        let wanted: Vec<usize> = builder
+            .parquet_schema()
+            .columns()
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
+                let top = c.path().parts().first().map(String::as_str).unwrap_or_default();
+                schema.fields().iter().any(|f| f.name().eq_ignore_ascii_case(top))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let mask = parquet::arrow::ProjectionMask::leaves(builder.parquet_schema(), wanted);
+        let reader = builder.with_projection(mask).with_batch_size(65_536).build().map_err(|e| failed(&path, &e))?;
+        reader.map(|batch| conform(&batch.map_err(|e| failed(&path, &e))?, &schema)).collect()
+    })
+    .await
 }
 
 /// Rows' key values as comparable bytes, for key columns `columns` of one fixed set of types.
@@ -95,29 +137,48 @@ impl KeyCodec {
     }
 }
 
-/// Which data file holds each key of a keyed table, so a merge rewrites only those files.
-/// Built once by reading every file's rows, then kept up to date by each commit.
+/// Which data files hold each key of a keyed table, so a merge rewrites only those files.
+/// Built once by reading every file's key columns, then kept up to date by each commit. A key
+/// is usually in one file; appends and other writers can put it in several.
 pub(crate) struct KeyIndex {
     pub codec: KeyCodec,
-    pub files: HashMap<Vec<u8>, String>,
+    pub files: HashMap<Vec<u8>, Vec<Arc<str>>>,
 }
 
 impl KeyIndex {
-    /// Point the keys of `batches` at `path`.
+    /// The keys of `batches` are (also) in `path`.
     pub(crate) fn point(&mut self, batches: &[RecordBatch], path: &str) -> Result<()> {
+        let path: Arc<str> = Arc::from(path);
         for batch in batches {
             for key in self.codec.keys(batch)? {
-                self.files.insert(key, path.to_string());
+                let files = self.files.entry(key).or_default();
+                if !files.contains(&path) {
+                    files.push(path.clone());
+                }
             }
         }
         Ok(())
     }
 
-    /// Keys that pointed at one of `old` point at `new` (files merged into one).
+    /// `path` no longer holds `keys`.
+    pub(crate) fn forget(&mut self, keys: &[Vec<u8>], path: &str) {
+        for key in keys {
+            if let Some(files) = self.files.get_mut(key) {
+                files.retain(|f| f.as_ref() != path);
+                if files.is_empty() {
+                    self.files.remove(key);
+                }
+            }
+        }
+    }
+
+    /// Keys that were in one of `old` are in `new` (files merged into one).
     pub(crate) fn move_files(&mut self, old: &std::collections::HashSet<String>, new: &str) {
-        for path in self.files.values_mut() {
-            if old.contains(path) {
-                *path = new.to_string();
+        let new: Arc<str> = Arc::from(new);
+        for files in self.files.values_mut() {
+            if files.iter().any(|f| old.contains(f.as_ref())) {
+                files.retain(|f| !old.contains(f.as_ref()));
+                files.push(new.clone());
             }
         }
     }

@@ -182,8 +182,25 @@ impl Snapshot {
                 ));
             }
         }
-        if self.metadata.as_ref().is_some_and(|m| !m.partition_columns.is_empty()) {
-            return refuse("is partitioned; Sluice writes unpartitioned tables".into());
+        if let Some(m) = &self.metadata {
+            if !m.partition_columns.is_empty() {
+                return refuse("is partitioned; Sluice writes unpartitioned tables".into());
+            }
+            // Rules a writer must enforce that Sluice does not: refused rather than broken.
+            let on = |key: &str| m.configuration.get(key).is_some_and(|v| v.eq_ignore_ascii_case("true"));
+            for key in ["delta.appendOnly", "delta.enableChangeDataFeed"] {
+                if on(key) {
+                    return refuse(format!("has {key} = true, which Sluice does not honour"));
+                }
+            }
+            if let Some(key) = m.configuration.keys().find(|k| k.starts_with("delta.constraints.")) {
+                return refuse(format!("has the CHECK constraint {key}, which Sluice does not enforce"));
+            }
+            for rule in ["delta.invariants", "delta.generationExpression", "delta.identity", "delta.columnMapping"] {
+                if m.schema_string.contains(rule) {
+                    return refuse(format!("has columns with {rule}, which Sluice does not honour"));
+                }
+            }
         }
         if self.files.values().any(|a| a.deletion_vector.is_some()) {
             return refuse("has deletion vectors; Sluice rewrites files instead".into());
@@ -269,7 +286,20 @@ impl Log {
         match self.store.put_opts(&self.path(&commit_name(version)), PutPayload::from(text), options).await {
             Ok(_) => Ok(Commit::Done),
             Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
-                Ok(Commit::Taken)
+                // A put retried after an answer that was lost finds its own commit there: it
+                // is this attempt's (its `txnId`), not another writer's.
+                let ours = actions.iter().find_map(|a| match a {
+                    Action::CommitInfo(info) => info.get("txnId").and_then(Value::as_str),
+                    _ => None,
+                });
+                let there = self.get(&commit_name(version)).await?;
+                let landed = match (ours, there) {
+                    (Some(id), Some(bytes)) => parse(&String::from_utf8_lossy(&bytes), "a commit")?.iter().any(|a| {
+                        matches!(a, Action::CommitInfo(info) if info.get("txnId").and_then(Value::as_str) == Some(id))
+                    }),
+                    _ => false,
+                };
+                Ok(if landed { Commit::Done } else { Commit::Taken })
             }
             Err(e) => Err(store_error(e)),
         }
@@ -304,6 +334,13 @@ pub(crate) fn store_error(e: object_store::Error) -> Error {
         _ => ErrorKind::Fatal,
     };
     Error::new(kind, format!("delta: {e}"))
+}
+
+/// A random UUID: a new table's id, and a commit attempt's `commitInfo.txnId` (how a writer
+/// knows its own commit).
+pub(crate) fn random_id() -> String {
+    let hex = format!("{:032x}", rand::random::<u128>());
+    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
 }
 
 /// Milliseconds since the epoch.

@@ -53,8 +53,13 @@ fn arrow_type(name: &str, delta: &Value) -> Result<DataType> {
     let text = delta.as_str().ok_or_else(unknown)?;
     Ok(match text {
         "boolean" => DataType::Boolean,
-        "byte" | "short" | "integer" | "long" => DataType::Int64,
-        "float" | "double" => DataType::Float64,
+        // Another writer's narrower columns keep their types: values are cast into them.
+        "byte" => DataType::Int8,
+        "short" => DataType::Int16,
+        "integer" => DataType::Int32,
+        "long" => DataType::Int64,
+        "float" => DataType::Float32,
+        "double" => DataType::Float64,
         "string" => DataType::Utf8,
         "binary" => DataType::Binary,
         "date" => DataType::Date32,
@@ -74,13 +79,27 @@ pub(crate) fn stored(name: &str, data_type: &DataType) -> Result<DataType> {
     arrow_type(name, &delta_type(name, data_type)?)
 }
 
-/// The table's columns as the `schemaString` of its metadata.
-pub(crate) fn schema_string(schema: &Schema) -> Result<String> {
+/// The table's columns as the `schemaString` of its metadata. A column the table had (in
+/// `original`) keeps its entry as it was (nullability, comments, metadata of another writer),
+/// unless its type changed.
+pub(crate) fn schema_string(schema: &Schema, original: Option<&str>) -> Result<String> {
+    let before: Vec<Value> = original
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .and_then(|v| v["fields"].as_array().cloned())
+        .unwrap_or_default();
     let fields = schema
         .fields()
         .iter()
         .map(|f| {
-            Ok(json!({"name": f.name(), "type": delta_type(f.name(), f.data_type())?, "nullable": true, "metadata": {}}))
+            let kept = before.iter().find(|old| {
+                old["name"].as_str() == Some(f.name().as_str())
+                    && arrow_type(f.name(), &old["type"]).is_ok_and(|t| &t == f.data_type())
+            });
+            match kept {
+                Some(entry) => Ok(entry.clone()),
+                None => Ok(json!({"name": f.name(), "type": delta_type(f.name(), f.data_type())?, "nullable": true,
+                                  "metadata": {}})),
+            }
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(json!({"type": "struct", "fields": fields}).to_string())
@@ -116,15 +135,20 @@ pub(crate) fn evolve(table: &Schema, incoming: &Schema) -> Result<Evolution> {
     let mut widened = false;
     for field in incoming.fields() {
         let want = stored(field.name(), field.data_type())?;
-        match fields.iter_mut().find(|f| f.name() == field.name()) {
+        // Delta matches column names without regard to case.
+        match fields.iter_mut().find(|f| f.name().eq_ignore_ascii_case(field.name())) {
             None => {
                 fields.push(Field::new(field.name(), want, true));
             }
             Some(existing) if existing.data_type() != &want => {
-                let wider =
-                    matches!((existing.data_type(), &want), (DataType::Int64, DataType::Float64) | (_, DataType::Utf8));
+                let wider = matches!(
+                    (existing.data_type(), &want),
+                    (DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64, DataType::Float64)
+                        | (DataType::Float32, DataType::Float64)
+                        | (_, DataType::Utf8)
+                );
                 if wider {
-                    *existing = Field::new(field.name(), want, true);
+                    *existing = Field::new(existing.name(), want, true);
                     widened = true;
                 }
             }
@@ -142,7 +166,11 @@ pub(crate) fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordB
         .fields()
         .iter()
         .map(|field| {
-            let Some(column) = batch.column_by_name(field.name()) else {
+            let found =
+                batch.schema().index_of(field.name()).ok().or_else(|| {
+                    batch.schema().fields().iter().position(|f| f.name().eq_ignore_ascii_case(field.name()))
+                });
+            let Some(column) = found.map(|i| batch.column(i)) else {
                 return Ok(new_null_array(field.data_type(), batch.num_rows()));
             };
             if column.data_type() == field.data_type() {
@@ -163,8 +191,8 @@ pub(crate) fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordB
 pub(crate) fn table_schema(schema: &Schema) -> TableSchema {
     let ty = |data_type: &DataType| match data_type {
         DataType::Boolean => ColumnType::Boolean,
-        DataType::Int64 => ColumnType::Bigint,
-        DataType::Float64 => ColumnType::Double,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => ColumnType::Bigint,
+        DataType::Float32 | DataType::Float64 => ColumnType::Double,
         DataType::Date32 => ColumnType::Date,
         DataType::Binary => ColumnType::Blob,
         DataType::Timestamp(_, Some(_)) => ColumnType::Timestamptz,
@@ -193,7 +221,7 @@ mod tests {
             Field::new("tags", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true),
             Field::new("t", DataType::Time64(TimeUnit::Microsecond), true),
         ]);
-        let back = parse_schema(&schema_string(&schema).unwrap()).unwrap();
+        let back = parse_schema(&schema_string(&schema, None).unwrap()).unwrap();
         let types: Vec<String> = back.fields().iter().map(|f| f.data_type().to_string()).collect();
         assert_eq!(
             types,

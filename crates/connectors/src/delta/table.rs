@@ -52,7 +52,7 @@ impl Work {
                 path: add.path,
                 deletion_timestamp: Some(now_ms()),
                 data_change: true,
-                extended_file_metadata: Some(true),
+                extended_file_metadata: None,
                 size: Some(add.size),
             });
         }
@@ -157,6 +157,27 @@ impl Table {
         Ok(())
     }
 
+    /// Build the commit of `deliveries` and throw it away: whether it would be made. The key
+    /// index it changed is dropped (rebuilt on the next merge).
+    pub(crate) async fn probe(&mut self, deliveries: &[&Delivery]) -> Result<()> {
+        let snapshot = self.current().await?.clone();
+        snapshot.check_writable(&self.name)?;
+        let existing = Self::columns(&snapshot)?;
+        let mut work = Work {
+            schema: existing.clone().unwrap_or_else(|| Arc::new(Schema::empty())),
+            live: snapshot.files.clone(),
+            adds: BTreeMap::new(),
+            removes: Vec::new(),
+            dropped: Vec::new(),
+            metadata: snapshot.metadata.clone(),
+            new_table: existing.is_none(),
+            index: self.index.take(),
+        };
+        let result = self.build(&mut work, deliveries, &snapshot, None).await.map(drop);
+        self.discard(&work).await;
+        result
+    }
+
     /// The commit's actions: every delivery applied to `work`, then the stamp.
     async fn build(
         &mut self,
@@ -174,13 +195,14 @@ impl Table {
         }
         let mut actions = vec![Action::CommitInfo(json!({
             "timestamp": now_ms(), "operation": operation, "engineInfo": concat!("sluice/", env!("CARGO_PKG_VERSION")),
+            "txnId": super::log::random_id(),
         }))];
-        let protocol = protocol_for(&work.schema);
-        if snapshot.protocol.as_ref().is_none_or(|p| p.min_reader_version < protocol.min_reader_version) {
+        let protocol = protocol_for(&work.schema, snapshot.protocol.as_ref());
+        if snapshot.protocol.as_ref() != Some(&protocol) {
             actions.push(Action::Protocol(protocol));
         }
         let mut metadata = work.metadata.clone().unwrap_or_else(|| Metadata {
-            id: table_id(),
+            id: super::log::random_id(),
             name: None,
             description: None,
             format: Format { provider: "parquet".into(), options: BTreeMap::new() },
@@ -189,7 +211,7 @@ impl Table {
             configuration: BTreeMap::new(),
             created_time: Some(now_ms()),
         });
-        let schema_text = schema_string(&work.schema)?;
+        let schema_text = schema_string(&work.schema, work.metadata.as_ref().map(|m| m.schema_string.as_str()))?;
         let mut changed = work.new_table || metadata.schema_string != schema_text;
         metadata.schema_string = schema_text;
         if let Some(stamp) = stamp {
@@ -251,7 +273,7 @@ impl Table {
     }
 
     /// Upsert `rows` and delete `delivery.deletes` by key: the files holding any of those keys
-    /// are rewritten without them, and the rows are added as a new file.
+    /// are rewritten without them, and the rows (the last of each key) are added as a new file.
     async fn merge(&mut self, work: &mut Work, delivery: &Delivery, rows: &[RecordBatch], count: usize) -> Result<()> {
         if delivery.keys.is_empty() {
             return Err(Error::new(ErrorKind::Config, format!("delta: mode '{}' needs key columns", delivery.mode)));
@@ -259,37 +281,56 @@ impl Table {
         if work.index.as_ref().is_none_or(|i| i.codec.columns != delivery.keys) {
             work.index = Some(self.build_index(work, &delivery.keys).await?);
         }
-        let index = work.index.as_mut().expect("built above");
+        let fault = |e: arrow::error::ArrowError| Error::new(ErrorKind::Fatal, format!("delta: {e}"));
         let key_schema = Arc::new(Schema::new(
             delivery
                 .keys
                 .iter()
                 .map(|k| work.schema.field_with_name(k).cloned())
                 .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(|e| Error::new(ErrorKind::Fatal, format!("delta: {e}")))?,
+                .map_err(fault)?,
         ));
-        let mut changed = HashSet::new();
-        for batch in rows {
-            changed.extend(index.codec.keys(batch)?);
+        let index = work.index.as_mut().expect("built above");
+        // The last row of each key: a unit's changes come in order.
+        let mut last: HashMap<Vec<u8>, (usize, usize)> = HashMap::new();
+        for (b, batch) in rows.iter().enumerate() {
+            for (r, key) in index.codec.keys(batch)?.into_iter().enumerate() {
+                last.insert(key, (b, r));
+            }
         }
+        let mut changed: HashSet<Vec<u8>> = HashSet::new();
+        let mut rows = rows.to_vec();
+        let mut count = count;
+        if last.len() < count {
+            let mut keep: Vec<Vec<bool>> = rows.iter().map(|b| vec![false; b.num_rows()]).collect();
+            for (b, r) in last.values() {
+                keep[*b][*r] = true;
+            }
+            rows = rows
+                .iter()
+                .zip(keep)
+                .map(|(batch, keep)| filter_record_batch(batch, &BooleanArray::from(keep)).map_err(fault))
+                .collect::<Result<_>>()?;
+            count = last.len();
+        }
+        changed.extend(last.into_keys());
         for batch in &delivery.deletes {
+            if let Some(missing) = delivery.keys.iter().find(|k| batch.column_by_name(k).is_none()) {
+                return Err(Error::new(ErrorKind::Fatal, format!("delta: deletes lack the key column '{missing}'")));
+            }
             changed.extend(index.codec.keys(&conform(batch, &key_schema)?)?);
         }
-        let touched: BTreeSet<String> = changed.iter().filter_map(|k| index.files.get(k).cloned()).collect();
+        let touched: BTreeSet<Arc<str>> =
+            changed.iter().filter_map(|k| index.files.get(k)).flatten().cloned().collect();
         for path in touched {
-            let batches = files::read(&self.log, &path, &work.schema).await?;
+            let batches = files::read(&self.log, &path, &work.schema, None).await?;
             let index = work.index.as_mut().expect("built above");
             let mut kept = Vec::new();
             for batch in batches {
                 let keys = index.codec.keys(&batch)?;
                 let keep: BooleanArray = keys.iter().map(|k| Some(!changed.contains(k))).collect();
-                for key in keys {
-                    if index.files.get(&key) == Some(&path) {
-                        index.files.remove(&key);
-                    }
-                }
-                let batch = filter_record_batch(&batch, &keep)
-                    .map_err(|e| Error::new(ErrorKind::Fatal, format!("delta: {e}")))?;
+                index.forget(&keys, &path);
+                let batch = filter_record_batch(&batch, &keep).map_err(fault)?;
                 if batch.num_rows() > 0 {
                     kept.push(batch);
                 }
@@ -298,25 +339,24 @@ impl Table {
             let kept_rows = kept.iter().map(RecordBatch::num_rows).sum();
             self.add(work, &kept, kept_rows).await?;
         }
-        self.add(work, rows, count).await
+        self.add(work, &rows, count).await
     }
 
-    /// Which file holds each key: every file's key columns read once.
+    /// Which files hold each key: every file's key columns read once.
     async fn build_index(&self, work: &Work, keys: &[String]) -> Result<KeyIndex> {
         let mut index = KeyIndex { codec: KeyCodec::new(&work.schema, keys)?, files: HashMap::new() };
         for path in work.paths() {
-            let batches = files::read(&self.log, &path, &work.schema).await?;
+            let batches = files::read(&self.log, &path, &work.schema, Some(keys)).await?;
             index.point(&batches, &path)?;
         }
         Ok(index)
     }
-
     /// Every file rewritten as the widened columns (Delta readers take a file's columns as the
     /// table's types, so a file of integers under a double column must be rewritten).
     async fn rewrite_all(&mut self, work: &mut Work) -> Result<()> {
         work.index = None;
         for path in work.paths() {
-            let batches = files::read(&self.log, &path, &work.schema).await?;
+            let batches = files::read(&self.log, &path, &work.schema, None).await?;
             work.remove(&path);
             let count = batches.iter().map(RecordBatch::num_rows).sum();
             self.add(work, &batches, count).await?;
@@ -332,8 +372,11 @@ impl Table {
     }
 }
 
-/// The protocol a table of `schema` needs: `timestamp_ntz` columns need reader 3 / writer 7.
-fn protocol_for(schema: &Schema) -> Protocol {
+/// The protocol a table of `schema` needs, given the one it has: `timestamp_ntz` columns need
+/// reader 3 / writer 7 with the `timestampNtz` feature, and a table moved up to writer 7 keeps
+/// the features its old writer version implied (the protocol says a writer must assume they
+/// were used).
+fn protocol_for(schema: &Schema, existing: Option<&Protocol>) -> Protocol {
     fn ntz(data_type: &DataType) -> bool {
         match data_type {
             DataType::Timestamp(_, None) => true,
@@ -341,21 +384,31 @@ fn protocol_for(schema: &Schema) -> Protocol {
             _ => false,
         }
     }
-    if schema.fields().iter().any(|f| ntz(f.data_type())) {
-        let features = Some(vec!["timestampNtz".to_string()]);
-        Protocol {
-            min_reader_version: 3,
-            min_writer_version: 7,
-            reader_features: features.clone(),
-            writer_features: features,
-        }
-    } else {
-        Protocol { min_reader_version: 1, min_writer_version: 2, reader_features: None, writer_features: None }
+    let plain = Protocol { min_reader_version: 1, min_writer_version: 2, reader_features: None, writer_features: None };
+    let has_ntz = |p: &Protocol| p.reader_features.iter().flatten().any(|f| f == "timestampNtz");
+    if !schema.fields().iter().any(|f| ntz(f.data_type())) || existing.is_some_and(has_ntz) {
+        return existing.cloned().unwrap_or(plain);
     }
-}
-
-/// A new table's id, a random UUID.
-fn table_id() -> String {
-    let hex = format!("{:032x}", rand::random::<u128>() & !(0xf << 76) | (0x4 << 76));
-    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+    let mut writer: Vec<String> = match existing {
+        Some(p) if p.min_writer_version >= 7 => p.writer_features.clone().unwrap_or_default(),
+        Some(p) => {
+            let implied: &[&str] = match p.min_writer_version {
+                2 => &["appendOnly", "invariants"],
+                3 => &["appendOnly", "invariants", "checkConstraints"],
+                4.. => &["appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns"],
+                _ => &[],
+            };
+            implied.iter().map(|f| (*f).to_string()).collect()
+        }
+        None => Vec::new(),
+    };
+    let mut reader = existing.and_then(|p| p.reader_features.clone()).unwrap_or_default();
+    writer.push("timestampNtz".into());
+    reader.push("timestampNtz".into());
+    Protocol {
+        min_reader_version: 3,
+        min_writer_version: 7,
+        reader_features: Some(reader),
+        writer_features: Some(writer),
+    }
 }

@@ -84,8 +84,12 @@ impl DeltaTarget {
         for name in self.existing().await? {
             let table = self.table(&name)?;
             let mut table = table.lock().await;
-            if let Some(position) = Table::position(table.current().await?, owner) {
-                out.push((name, position));
+            // Another engine's table Sluice cannot read holds no position of a stream's.
+            match table.current().await {
+                Ok(snapshot) => out.extend(Table::position(snapshot, owner).map(|p| (name, p))),
+                Err(e) => {
+                    tracing::warn!(table = %name, error = %e, "Delta table skipped while looking for a position.")
+                }
             }
         }
         Ok(out)
@@ -149,6 +153,24 @@ impl Destination for DeltaTarget {
             self.upkeep(&name, &mut table).await;
         }
         Ok(())
+    }
+
+    async fn probe(&mut self, deliveries: &[Delivery]) -> Option<Result<()>> {
+        let mut by_table: BTreeMap<String, Vec<&Delivery>> = BTreeMap::new();
+        for delivery in deliveries {
+            let name = delivery.table.clone().unwrap_or_else(|| self.config.table.clone());
+            by_table.entry(name).or_default().push(delivery);
+        }
+        for (name, group) in by_table {
+            let shared = match self.table(&name) {
+                Ok(shared) => shared,
+                Err(e) => return Some(Err(e)),
+            };
+            if let Err(e) = shared.lock().await.probe(&group).await {
+                return Some(Err(e));
+            }
+        }
+        Some(Ok(()))
     }
 
     async fn table_schema(&mut self, name: &str) -> Result<Option<TableSchema>> {

@@ -129,9 +129,14 @@ impl<C: Lakehouse> Destination for LakeTarget<C> {
                 return Ok(());
             }
         }
-        let result = self.with_lake(move |conn, config| write(conn, config, &deliveries, stamp.as_ref())).await;
+        let result = self.with_lake(move |conn, config| write(conn, config, &deliveries, stamp.as_ref(), true)).await;
         self.unsure = result.is_err();
         result
+    }
+
+    async fn probe(&mut self, deliveries: &[Delivery]) -> Option<Result<()>> {
+        let deliveries = deliveries.to_vec();
+        Some(self.with_lake(move |conn, config| write(conn, config, &deliveries, None, false)).await)
     }
 
     async fn keys(&mut self, _table: &str) -> Result<Option<Vec<String>>> {
@@ -164,7 +169,15 @@ impl<C: Lakehouse> Destination for LakeTarget<C> {
 /// DuckDB's integer types, as `duckdb_columns()` names them.
 const INTEGERS: [&str; 4] = ["TINYINT", "SMALLINT", "INTEGER", "BIGINT"];
 
-fn write(conn: &Connection, config: &impl Lakehouse, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
+/// Tables shaped, then the rows and `stamp` in one transaction, committed or (`commit` false: a
+/// probe) rolled back.
+fn write(
+    conn: &Connection,
+    config: &impl Lakehouse,
+    deliveries: &[Delivery],
+    stamp: Option<&Stamp>,
+    commit: bool,
+) -> Result<()> {
     // Tables and columns first, each change a commit of its own: an Iceberg catalog does not
     // show a table to the transaction that created it. A table or column without rows is
     // harmless; the rows and the position then come in one commit.
@@ -180,7 +193,7 @@ fn write(conn: &Connection, config: &impl Lakehouse, deliveries: &[Delivery], st
         if let Some(stamp) = stamp {
             config.write_stamp(conn, &tables, stamp)?;
         }
-        conn.execute_batch("COMMIT").map_err(lake_error)
+        conn.execute_batch(if commit { "COMMIT" } else { "ROLLBACK" }).map_err(lake_error)
     })();
     if result.is_err() {
         let _ = conn.execute_batch("ROLLBACK");

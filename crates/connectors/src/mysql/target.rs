@@ -142,9 +142,24 @@ impl Destination for MysqlTarget {
         let custom = self.config.custom_sql.as_deref().map(CustomSql::parse).transpose();
         let custom = custom.map_err(|e| Error::config("destination.custom_sql", e))?;
         let mut conn = self.config.connect().await?;
-        let result = write(&mut conn, &self.config.table, custom.as_ref(), deliveries, stamp).await;
+        let result = write(&mut conn, &self.config.table, custom.as_ref(), deliveries, stamp, true).await;
         let _ = conn.disconnect().await;
         result
+    }
+
+    async fn probe(&mut self, deliveries: &[Delivery]) -> Option<Result<()>> {
+        let custom = self.config.custom_sql.as_deref().map(CustomSql::parse).transpose();
+        let custom = match custom.map_err(|e| Error::config("destination.custom_sql", e)) {
+            Ok(custom) => custom,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut conn = match self.config.connect().await {
+            Ok(conn) => conn,
+            Err(e) => return Some(Err(e)),
+        };
+        let result = write(&mut conn, &self.config.table, custom.as_ref(), deliveries, None, false).await;
+        let _ = conn.disconnect().await;
+        Some(result)
     }
 
     async fn keys(&mut self, table: &str) -> Result<Option<Vec<String>>> {
@@ -202,14 +217,16 @@ impl Destination for MysqlTarget {
 /// The table where streams keep their positions, beside their tables.
 const POSITIONS: &str = "sluice_positions";
 
-/// Apply `deliveries` and `stamp` in one transaction. Table DDL commits implicitly in MySQL, so
-/// tables are created and given their new columns first, outside it (each step idempotent).
+/// Apply `deliveries` and `stamp` in one transaction, committed or (`commit` false: a probe)
+/// rolled back. Table DDL commits implicitly in MySQL, so tables are created and given their new
+/// columns first, outside it (each step idempotent).
 async fn write(
     conn: &mut Conn,
     configured: &str,
     custom: Option<&CustomSql>,
     deliveries: &[Delivery],
     stamp: Option<&Stamp>,
+    commit: bool,
 ) -> Result<()> {
     // Custom SQL writes the user's own tables: none is created.
     for delivery in deliveries.iter().filter(|_| custom.is_none()) {
@@ -259,7 +276,7 @@ async fn write(
     }
     .await;
     match applied {
-        Ok(()) => conn.query_drop("COMMIT").await.map_err(sql_error),
+        Ok(()) => conn.query_drop(if commit { "COMMIT" } else { "ROLLBACK" }).await.map_err(sql_error),
         Err(e) => {
             let _ = conn.query_drop("ROLLBACK").await;
             Err(e)

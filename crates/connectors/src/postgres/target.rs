@@ -187,8 +187,15 @@ impl Destination for PostgresTarget {
     }
 
     async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
-        let result = self.write_in_one(deliveries, stamp).await;
+        let result = self.write_in_one(deliveries, stamp, true).await;
         self.forget_on_error(result)
+    }
+
+    async fn probe(&mut self, deliveries: &[Delivery]) -> Option<Result<()>> {
+        let result = self.write_in_one(deliveries, None, false).await;
+        // Schemas it created are rolled back with it.
+        self.schemas.clear();
+        Some(self.forget_on_error(result))
     }
 
     async fn keys(&mut self, table: &str) -> Result<Option<Vec<String>>> {
@@ -247,7 +254,8 @@ impl PostgresTarget {
         Ok(())
     }
 
-    async fn write_in_one(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
+    /// Everything in one transaction, committed, or rolled back when `commit` is false (a probe).
+    async fn write_in_one(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>, commit: bool) -> Result<()> {
         let positions = self.positions();
         let places: Vec<(String, String)> =
             deliveries.iter().map(|d| self.locate(d.table.as_deref().unwrap_or(&self.config.table))).collect();
@@ -294,7 +302,7 @@ impl PostgresTarget {
             .await
             .map_err(sql_error)?;
         }
-        tx.commit().await.map_err(sql_error)
+        if commit { tx.commit().await.map_err(sql_error) } else { tx.rollback().await.map_err(sql_error) }
     }
 
     async fn key_columns(&mut self, table: &str) -> Result<Option<Vec<String>>> {

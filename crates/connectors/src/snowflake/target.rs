@@ -108,7 +108,8 @@ impl SnowflakeTarget {
         Ok(())
     }
 
-    async fn write_all(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
+    /// Everything in one transaction, committed, or rolled back when `commit` is false (a probe).
+    async fn write_all(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>, commit: bool) -> Result<()> {
         if let Some(stamp) = stamp.filter(|_| self.failed)
             && self.read_stamp(&stamp.owner).await?.as_deref() == Some(stamp.checkpoint.as_str())
         {
@@ -148,7 +149,7 @@ impl SnowflakeTarget {
                 return Err(e);
             }
         }
-        client.query("COMMIT", &[]).await.map(drop)
+        client.query(if commit { "COMMIT" } else { "ROLLBACK" }, &[]).await.map(drop)
     }
 
     /// The statements of one delivery: replace empties the table; keyed modes delete the keys
@@ -245,9 +246,14 @@ impl Destination for SnowflakeTarget {
     }
 
     async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
-        let result = self.write_all(deliveries, stamp).await;
+        let result = self.write_all(deliveries, stamp, true).await;
         self.failed = result.is_err();
         self.forget_on_error(result)
+    }
+
+    async fn probe(&mut self, deliveries: &[Delivery]) -> Option<Result<()>> {
+        let result = self.write_all(deliveries, None, false).await;
+        Some(self.forget_on_error(result))
     }
 
     async fn stamp(&mut self, owner: &str) -> Result<Option<String>> {

@@ -106,42 +106,11 @@ impl Destination for SqliteTarget {
     }
 
     async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
-        let config = self.config.clone();
-        let deliveries = deliveries.to_vec();
-        let stamp = stamp.cloned();
-        blocking(move || {
-            let mut conn = config.open()?;
-            // IMMEDIATE: the write lock from the start, so a concurrent writer makes this wait
-            // (busy_timeout) rather than fail on upgrading a read lock.
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_error)?;
-            match config.custom_sql.as_deref().map(CustomSql::parse).transpose() {
-                Ok(Some(custom)) => run_custom(&tx, &custom, &deliveries)?,
-                Ok(None) => {
-                    for delivery in &deliveries {
-                        apply(&tx, delivery.table.as_deref().unwrap_or(&config.table), delivery)?;
-                    }
-                }
-                Err(e) => return Err(Error::config("destination.custom_sql", e)),
-            }
-            if let Some(stamp) = stamp {
-                let positions = D.quote(POSITIONS);
-                tx.execute_batch(&format!(
-                    "CREATE TABLE IF NOT EXISTS {positions} (owner TEXT PRIMARY KEY, checkpoint TEXT NOT NULL, \
-                     written_at TEXT NOT NULL DEFAULT ({NOW}))"
-                ))
-                .map_err(sql_error)?;
-                tx.execute(
-                    &format!(
-                        "INSERT INTO {positions} (owner, checkpoint) VALUES (?1, ?2) ON CONFLICT (owner) \
-                         DO UPDATE SET checkpoint = excluded.checkpoint, written_at = {NOW}"
-                    ),
-                    [&stamp.owner, &stamp.checkpoint],
-                )
-                .map_err(sql_error)?;
-            }
-            tx.commit().map_err(sql_error)
-        })
-        .await
+        write(&self.config, deliveries, stamp, true).await
+    }
+
+    async fn probe(&mut self, deliveries: &[Delivery]) -> Option<Result<()>> {
+        Some(write(&self.config, deliveries, None, false).await)
     }
 
     async fn keys(&mut self, table: &str) -> Result<Option<Vec<String>>> {
@@ -195,6 +164,47 @@ async fn blocking<T: Send + 'static>(job: impl FnOnce() -> Result<T> + Send + 's
     tokio::task::spawn_blocking(job)
         .await
         .map_err(|e| Error::new(ErrorKind::Fatal, "SQLite job panicked").with_source(e))?
+}
+
+/// Apply `deliveries` and `stamp` in one transaction, committed or (`commit` false: a probe)
+/// rolled back.
+async fn write(config: &SqliteTableConfig, deliveries: &[Delivery], stamp: Option<&Stamp>, commit: bool) -> Result<()> {
+    let config = config.clone();
+    let deliveries = deliveries.to_vec();
+    let stamp = stamp.cloned();
+    blocking(move || {
+        let mut conn = config.open()?;
+        // IMMEDIATE: the write lock from the start, so a concurrent writer makes this wait
+        // (busy_timeout) rather than fail on upgrading a read lock.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_error)?;
+        match config.custom_sql.as_deref().map(CustomSql::parse).transpose() {
+            Ok(Some(custom)) => run_custom(&tx, &custom, &deliveries)?,
+            Ok(None) => {
+                for delivery in &deliveries {
+                    apply(&tx, delivery.table.as_deref().unwrap_or(&config.table), delivery)?;
+                }
+            }
+            Err(e) => return Err(Error::config("destination.custom_sql", e)),
+        }
+        if let Some(stamp) = stamp {
+            let positions = D.quote(POSITIONS);
+            tx.execute_batch(&format!(
+                "CREATE TABLE IF NOT EXISTS {positions} (owner TEXT PRIMARY KEY, checkpoint TEXT NOT NULL, \
+                 written_at TEXT NOT NULL DEFAULT ({NOW}))"
+            ))
+            .map_err(sql_error)?;
+            tx.execute(
+                &format!(
+                    "INSERT INTO {positions} (owner, checkpoint) VALUES (?1, ?2) ON CONFLICT (owner) \
+                     DO UPDATE SET checkpoint = excluded.checkpoint, written_at = {NOW}"
+                ),
+                [&stamp.owner, &stamp.checkpoint],
+            )
+            .map_err(sql_error)?;
+        }
+        if commit { tx.commit().map_err(sql_error) } else { tx.rollback().map_err(sql_error) }
+    })
+    .await
 }
 
 /// A stream's custom SQL blocks, run inside the open transaction.
