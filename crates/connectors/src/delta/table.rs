@@ -44,6 +44,21 @@ struct Work {
 }
 
 impl Work {
+    /// Nothing changed yet: the table as `snapshot` has it.
+    fn new(snapshot: &Snapshot, index: Option<KeyIndex>) -> Result<Self> {
+        let existing = Table::columns(snapshot)?;
+        Ok(Self {
+            schema: existing.clone().unwrap_or_else(|| Arc::new(Schema::empty())),
+            live: snapshot.files.clone(),
+            adds: BTreeMap::new(),
+            removes: Vec::new(),
+            dropped: Vec::new(),
+            metadata: snapshot.metadata.clone(),
+            new_table: existing.is_none(),
+            index,
+        })
+    }
+
     fn remove(&mut self, path: &str) {
         if self.adds.remove(path).is_some() {
             self.dropped.push(path.to_string());
@@ -105,20 +120,10 @@ impl Table {
             return Ok(());
         }
         snapshot.check_writable(&self.name)?;
-        let existing = Self::columns(&snapshot)?;
-        if existing.is_none() && deliveries.is_empty() {
+        if snapshot.metadata.is_none() && deliveries.is_empty() {
             return Ok(());
         }
-        let mut work = Work {
-            schema: existing.clone().unwrap_or_else(|| Arc::new(Schema::empty())),
-            live: snapshot.files.clone(),
-            adds: BTreeMap::new(),
-            removes: Vec::new(),
-            dropped: Vec::new(),
-            metadata: snapshot.metadata.clone(),
-            new_table: existing.is_none(),
-            index: self.index.take(),
-        };
+        let mut work = Work::new(&snapshot, self.index.take())?;
         let result = self.build(&mut work, deliveries, &snapshot, stamp).await;
         let actions = match result {
             Ok(actions) => actions,
@@ -162,17 +167,7 @@ impl Table {
     pub(crate) async fn probe(&mut self, deliveries: &[&Delivery]) -> Result<()> {
         let snapshot = self.current().await?.clone();
         snapshot.check_writable(&self.name)?;
-        let existing = Self::columns(&snapshot)?;
-        let mut work = Work {
-            schema: existing.clone().unwrap_or_else(|| Arc::new(Schema::empty())),
-            live: snapshot.files.clone(),
-            adds: BTreeMap::new(),
-            removes: Vec::new(),
-            dropped: Vec::new(),
-            metadata: snapshot.metadata.clone(),
-            new_table: existing.is_none(),
-            index: self.index.take(),
-        };
+        let mut work = Work::new(&snapshot, self.index.take())?;
         let result = self.build(&mut work, deliveries, &snapshot, None).await.map(drop);
         self.discard(&work).await;
         result
