@@ -175,9 +175,17 @@ impl StreamConfig {
             stage.validate()?;
             if !matches!(
                 self.destination,
-                Some(DestinationConfig::Postgres(_) | DestinationConfig::Mysql(_) | DestinationConfig::Sqlite(_))
+                Some(
+                    DestinationConfig::Postgres(_)
+                        | DestinationConfig::Mysql(_)
+                        | DestinationConfig::Sqlite(_)
+                        | DestinationConfig::Snowflake(_)
+                )
             ) {
-                return Err(Error::config("stage", "staged loads are for a postgres, mysql or sqlite destination"));
+                return Err(Error::config(
+                    "stage",
+                    "staged loads are for a postgres, mysql, sqlite or snowflake destination",
+                ));
             }
             let custom = match &self.destination {
                 Some(DestinationConfig::Postgres(c)) => c.custom_sql.is_some(),

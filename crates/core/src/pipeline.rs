@@ -296,8 +296,9 @@ fn submit(s: &Stream<'_>, unit: WriteUnit, arrived: Vec<Instant>, reports: Vec<C
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
-                // Refused for good: find the rows at fault and write the rest, once.
-                Err(e) if !isolated && !cancel.is_cancelled() => {
+                // Refused for good: find the rows at fault and write the rest, once. A config
+                // error is the config's to fix, not the rows'.
+                Err(e) if !isolated && !cancel.is_cancelled() && e.kind() != crate::ErrorKind::Config => {
                     isolated = true;
                     match quarantine::isolate(sink.as_ref(), &unit, &e).await {
                         Isolated::Unchanged => {}

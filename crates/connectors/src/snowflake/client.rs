@@ -74,6 +74,69 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Run a `PUT`: its answer says where the file goes (`stageInfo`).
+    pub(super) async fn put(&self, sql: &str) -> Result<Value> {
+        let body = json!({"sqlText": sql, "asyncExec": false});
+        let mut url = self.url.join("/queries/v1/query-request").map_err(|e| Error::config("destination.url", e))?;
+        url.query_pairs_mut().append_pair("requestId", &uuid());
+        let mut answer = post(&self.http, url, Some(&self.token), &body).await?;
+        Ok(answer["data"].take())
+    }
+
+    /// Upload `bytes` as `file` where a `PUT`'s answer says: a presigned URL (how Snowflake on
+    /// GCS, and fakesnow, take uploads) or a local folder (`LOCAL_FS`). Files of a stage with
+    /// client-side encryption, and S3 or Azure stages (which need the cloud's own client with
+    /// the answer's temporary credentials), are not built: Sluice's stage uses server-side
+    /// encryption, and such an answer is an error that says so.
+    pub(super) async fn upload(&self, answer: &Value, file: &str, bytes: Vec<u8>) -> Result<()> {
+        let info = &answer["stageInfo"];
+        let kind = info["locationType"].as_str().unwrap_or("none");
+        let encrypted = answer["encryptionMaterial"].is_object()
+            || answer["encryptionMaterial"].as_array().is_some_and(|m| m.iter().any(Value::is_object));
+        if encrypted {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "Snowflake: the stage wants client-side encryption, which Sluice does not do; Sluice's own stage \
+                 SLUICE_STAGE is made with ENCRYPTION = (TYPE = 'SNOWFLAKE_SSE'): drop a stage of that name made \
+                 otherwise, or set destination.copy_rows to 0",
+            ));
+        }
+        match (kind, info["presignedUrl"].as_str()) {
+            (_, Some(presigned)) => {
+                let response = self
+                    .http
+                    .put(presigned)
+                    .header("Content-Type", "application/octet-stream")
+                    .body(bytes)
+                    .send()
+                    .await
+                    .map_err(|e| Error::new(ErrorKind::Connect, format!("Snowflake: uploading {file}: {e}")))?;
+                if !response.status().is_success() {
+                    return Err(Error::new(
+                        ErrorKind::Transient,
+                        format!("Snowflake: uploading {file} answered {}", response.status()),
+                    ));
+                }
+                Ok(())
+            }
+            ("LOCAL_FS", None) => {
+                let dir = std::path::Path::new(info["location"].as_str().unwrap_or_default());
+                std::fs::create_dir_all(dir)
+                    .and_then(|()| std::fs::write(dir.join(file), bytes))
+                    .map_err(|e| Error::new(ErrorKind::Fatal, format!("Snowflake: writing {file} to the stage: {e}")))
+            }
+            (other, None) => Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                    "Snowflake: uploads to a stage on {other} are not built (only presigned URLs); set \
+                     destination.copy_rows to 0 to load with INSERTs"
+                ),
+            )),
+        }
+    }
+}
+
 async fn post(http: &reqwest::Client, url: reqwest::Url, token: Option<&str>, body: &Value) -> Result<Value> {
     let mut request = http.post(url.clone()).header("Accept", "application/snowflake").json(body);
     if let Some(token) = token {

@@ -35,6 +35,15 @@ pub struct SnowflakeConfig {
     /// becomes `EVENTS`). By default names are quoted and keep their case.
     #[serde(default)]
     pub uppercase: bool,
+    /// A write of at least this many rows (and deletes) goes through the stage: one Parquet
+    /// file put into `SLUICE_STAGE`, then `COPY INTO` (for keyed modes into a landing table,
+    /// whose keys are deleted from the table and whose rows are inserted) in the unit's transaction. Fewer go as INSERTs with array bindings. 0: never.
+    #[serde(default = "default_copy_rows")]
+    pub copy_rows: u64,
+}
+
+fn default_copy_rows() -> u64 {
+    1000
 }
 
 fn default_schema() -> String {

@@ -1,14 +1,17 @@
 //! Snowflake as a destination, through the REST protocol Snowflake's own drivers speak
 //! (`/session/v1/login-request`, `/queries/v1/query-request`): `config.rs` the config,
 //! `client.rs` the session, statements with bind variables and their results, `target.rs` the
-//! writes. Each unit is one Snowflake transaction: its rows (array-bound INSERTs; a mirror's
-//! keys deleted first), then the stream's position in `SLUICE_POSITIONS`, then COMMIT; a
+//! writes, `stage.rs` bulk loads. Each unit is one Snowflake transaction: its rows (array-bound
+//! INSERTs, a mirror's keys deleted first; or, from `copy_rows` rows on, a Parquet file put into
+//! the stage `SLUICE_STAGE` and loaded by `COPY INTO`, through a landing table for keyed
+//! modes), then the stream's position in `SLUICE_POSITIONS`, then COMMIT; a
 //! restart resumes from the position the table holds. Tables are created on the first rows
 //! and gain columns (`ALTER TABLE … ADD COLUMN`); DDL runs before the transaction, as
 //! Snowflake commits DDL on its own.
 
 mod client;
 mod config;
+mod stage;
 mod target;
 
 pub use config::SnowflakeConfig;

@@ -11,6 +11,7 @@ use sluice_core::{Delivery, Destination, Error, Result, Stamp, SyncMode};
 
 use super::SnowflakeConfig;
 use super::client::{Binding, Client};
+use super::stage;
 use crate::sql_table::{Dialect, Literals};
 
 /// Where streams keep their positions, in the destination's schema.
@@ -25,12 +26,14 @@ pub struct SnowflakeTarget {
     /// The write failed: the next one first reads the position the table holds, as a COMMIT
     /// whose answer was lost may have landed.
     failed: bool,
+    /// `SLUICE_STAGE` exists (made in this session).
+    staged: bool,
 }
 
 impl SnowflakeTarget {
     /// A destination for `config` (logs in on use).
     pub fn new(config: SnowflakeConfig) -> Self {
-        Self { config, client: None, tables: HashMap::new(), failed: false }
+        Self { config, client: None, tables: HashMap::new(), failed: false, staged: false }
     }
 
     async fn client(&mut self) -> Result<&Client> {
@@ -130,8 +133,16 @@ impl SnowflakeTarget {
             self.client().await?.query(&sql, &[]).await?;
         }
         let mut statements: Vec<(String, Vec<Binding>)> = Vec::new();
-        for (table, delivery) in tables.iter().zip(deliveries) {
-            statements.extend(self.statements(table, delivery)?);
+        let load = format!("{:016x}", rand::random::<u64>());
+        for (i, (table, delivery)) in tables.iter().zip(deliveries).enumerate() {
+            let big = self.config.copy_rows > 0
+                && (delivery.row_count() + delivery.delete_count()) as u64 >= self.config.copy_rows;
+            if big {
+                let loads = self.stage(table, delivery, &format!("{load}/{i}"), i).await?;
+                statements.extend(loads.into_iter().map(|sql| (sql, Vec::new())));
+            } else {
+                statements.extend(self.statements(table, delivery)?);
+            }
         }
         if let Some(stamp) = stamp {
             let owner = vec![Some(stamp.owner.clone())];
@@ -150,6 +161,38 @@ impl SnowflakeTarget {
             }
         }
         client.query(if commit { "COMMIT" } else { "ROLLBACK" }, &[]).await.map(drop)
+    }
+
+    /// Put `delivery` into the stage as one Parquet file under `folder` (and, keyed, make its
+    /// landing table: DDL, so before the transaction); the statements that load it.
+    async fn stage(&mut self, table: &str, delivery: &Delivery, folder: &str, n: usize) -> Result<Vec<String>> {
+        let fold = |n: &str| if self.config.uppercase { n.to_uppercase() } else { n.to_string() };
+        let bytes = stage::parquet(delivery, fold)?;
+        let schema = format!("{}.{}", quote(&self.config.database), quote(&self.config.schema));
+        let reference = format!("@{schema}.{}/{folder}", stage::STAGE);
+        if !self.staged {
+            let sql =
+                format!("CREATE STAGE IF NOT EXISTS {schema}.{} ENCRYPTION = (TYPE = 'SNOWFLAKE_SSE')", stage::STAGE);
+            self.client().await?.query(&sql, &[]).await?;
+            self.staged = true;
+        }
+        let file = format!("{n}.parquet");
+        // A table of its own beside the target, emptied by each load that uses it.
+        let landing = self.qualified(&format!("{table}__sluice_landing"));
+        let make_landing = [
+            format!("CREATE OR REPLACE TABLE {landing} LIKE {}", self.qualified(table)),
+            format!("ALTER TABLE {landing} ADD COLUMN {} BOOLEAN", self.config.name(stage::DELETED)),
+        ];
+        let client = self.client().await?;
+        let put = format!("PUT 'file:///sluice/{file}' {reference} AUTO_COMPRESS = FALSE OVERWRITE = TRUE");
+        let answer = client.put(&put).await?;
+        client.upload(&answer, &file, bytes).await?;
+        if delivery.mode.keyed() {
+            for statement in &make_landing {
+                client.query(statement, &[]).await?;
+            }
+        }
+        Ok(stage::statements(delivery, &reference, &self.qualified(table), &landing, |c| self.config.name(c)))
     }
 
     /// The statements of one delivery: replace empties the table; keyed modes delete the keys
