@@ -176,7 +176,10 @@ impl DestinationConfig {
             Self::Mysql(c) => keep(&mut out, "destination.password", c.password.as_ref()),
             Self::Sqlite(_) => {}
             Self::Clickhouse(c) => keep(&mut out, "destination.password", c.password.as_ref()),
-            Self::Snowflake(c) => keep(&mut out, "destination.password", c.password.as_ref()),
+            Self::Snowflake(c) => {
+                keep(&mut out, "destination.password", c.password.as_ref());
+                keep(&mut out, "destination.private_key", c.private_key.as_ref());
+            }
             Self::Ducklake(c) => {
                 keep(&mut out, "destination.catalog_password", c.catalog_password.as_ref());
                 keep(
@@ -232,7 +235,10 @@ impl DestinationConfig {
             Self::Mysql(c) => restore(&mut c.password, secrets, "destination.password"),
             Self::Sqlite(_) => {}
             Self::Clickhouse(c) => restore(&mut c.password, secrets, "destination.password"),
-            Self::Snowflake(c) => restore(&mut c.password, secrets, "destination.password"),
+            Self::Snowflake(c) => {
+                restore(&mut c.password, secrets, "destination.password");
+                restore(&mut c.private_key, secrets, "destination.private_key");
+            }
             Self::Ducklake(c) => {
                 restore(&mut c.catalog_password, secrets, "destination.catalog_password");
                 if let Some(s3) = &mut c.s3 {

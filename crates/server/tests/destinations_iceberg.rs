@@ -253,3 +253,35 @@ async fn an_iceberg_table_with_its_files_on_s3() {
     ));
     assert!(listed.trim().parse::<u32>().unwrap() >= 1, "data files in the bucket: {listed}");
 }
+
+/// An integer column that then gets fractions: Iceberg cannot widen an integer column to double,
+/// so the rows whose value has a fraction go to the ledger with that reason, whole values land,
+/// and the stream goes on (it used to retry the same write for ever).
+#[tokio::test(flavor = "multi_thread")]
+async fn fractions_for_an_iceberg_integer_column_go_to_the_ledger_and_the_stream_goes_on() {
+    let catalog = IcebergRest::start();
+    let dir = DataDir::new("dest-iceberg-fractions");
+    let server = Server::start(&dir.0).await;
+    let key = server
+        .create_stream(json!({"name": "f", "table": "events", "destination": catalog.destination(),
+                              "flush": {"max_wait_ms": 20}}))
+        .await;
+    let first: Vec<serde_json::Value> = (0..5).map(|i| json!({"id": i, "n": i * 10})).collect();
+    assert_eq!(server.push("f", &key, serde_json::Value::Array(first).to_string()).await.0, 202);
+    wait_slowly("the first rows", Duration::from_secs(120), || catalog.count("events") >= 5).await;
+    // 5..9: two with fractions, three whole (as doubles: the stream's column is now a double).
+    let second =
+        r#"[{"id": 5, "n": 5.5}, {"id": 6, "n": 60.0}, {"id": 7, "n": 7.25}, {"id": 8, "n": 80}, {"id": 9, "n": 90}]"#;
+    assert_eq!(server.push("f", &key, second).await.0, 202);
+    let later = r#"[{"id": 10, "n": 100}]"#;
+    assert_eq!(server.push("f", &key, later).await.0, 202);
+    wait_slowly("the whole values", Duration::from_secs(120), || catalog.count("events") >= 9).await;
+    assert_eq!(
+        catalog.read("events", "SELECT count(*), sum(n), max(id) FROM t"),
+        Some(vec![format!("9|{}|10", 0 + 10 + 20 + 30 + 40 + 60 + 80 + 90 + 100)])
+    );
+    let ledger = server.lines("SELECT reason LIKE '%cannot widen%' FROM sluice.rejects WHERE stream = 'f'").await;
+    assert_eq!(ledger, ["true", "true"], "the two rows with fractions, with the reason");
+    let (_, metrics) = server.get("/api/streams/f/metrics").await;
+    assert_eq!(metrics["state"], "running", "{metrics}");
+}

@@ -176,6 +176,10 @@ impl Lakehouse for IcebergConfig {
         "iceberg, avro and httpfs extensions"
     }
 
+    fn widens_integers(&self) -> bool {
+        false
+    }
+
     fn catalog_name(&self) -> String {
         format!("{} (warehouse '{}')", self.endpoint, self.warehouse)
     }

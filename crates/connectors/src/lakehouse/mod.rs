@@ -28,6 +28,11 @@ pub trait Lakehouse: Clone + Send + Sync + 'static {
     fn label(&self) -> &'static str;
     /// The extensions it needs, for a message when they are missing.
     fn needs(&self) -> &'static str;
+    /// Whether an integer column can become a double in place (DuckLake can; Iceberg's type
+    /// promotions are int → long and float → double only).
+    fn widens_integers(&self) -> bool {
+        true
+    }
     /// The catalog, for messages (no secret in it).
     fn catalog_name(&self) -> String;
     /// Record `stamp` (a stream's position) inside the open transaction that wrote `tables`.

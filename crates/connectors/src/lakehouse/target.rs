@@ -224,7 +224,11 @@ fn shape(conn: &Connection, config: &impl Lakehouse, delivery: &Delivery) -> Res
                 }
                 // Integers that now get fractions (the decoder widened the column): DuckLake
                 // promotes the column's type in place, as the workspace does.
-                Some((_, ty)) if INTEGERS.contains(&ty.as_str()) && field.data_type() == &DataType::Float64 => {
+                Some((_, ty))
+                    if config.widens_integers()
+                        && INTEGERS.contains(&ty.as_str())
+                        && field.data_type() == &DataType::Float64 =>
+                {
                     format!("ALTER TABLE {table} ALTER COLUMN {} TYPE DOUBLE", quote(field.name()))
                 }
                 Some(_) => continue,
@@ -243,6 +247,9 @@ fn apply(conn: &Connection, config: &impl Lakehouse, delivery: &Delivery) -> Res
     let columns: Vec<String> = delivery.schema.fields().iter().map(|f| quote(f.name())).collect();
     let list = columns.join(", ");
     stage(conn, "sluice_stage", &delivery.schema, &delivery.rows)?;
+    if !config.widens_integers() {
+        refuse_fractions(conn, config, name, delivery)?;
+    }
     let keys: Vec<String> = delivery.keys.iter().map(|k| quote(k)).collect();
     let matching =
         keys.iter().map(|k| format!("s.{k} IS NOT DISTINCT FROM {table}.{k}")).collect::<Vec<_>>().join(" AND ");
@@ -279,6 +286,38 @@ fn apply(conn: &Connection, config: &impl Lakehouse, delivery: &Delivery) -> Res
         conn.execute_batch(&sql).map_err(lake_error)?;
     }
     Ok(name.to_string())
+}
+
+/// Doubles bound for an integer column the format cannot widen (Iceberg): whole values go in as
+/// integers; a value with a fraction is refused as data, so the quarantine sends its row to the
+/// ledger and the rest is written (the stream does not stop on it).
+fn refuse_fractions(conn: &Connection, config: &impl Lakehouse, name: &str, delivery: &Delivery) -> Result<()> {
+    let existing = existing_columns(conn, config.schema(), name)?;
+    for field in delivery.schema.fields().iter().filter(|f| f.data_type() == &DataType::Float64) {
+        let integer =
+            existing.iter().any(|(c, ty)| c.eq_ignore_ascii_case(field.name()) && INTEGERS.contains(&ty.as_str()));
+        if !integer {
+            continue;
+        }
+        let column = quote(field.name());
+        let sql = format!(
+            "SELECT count(*) FROM temp.main.sluice_stage WHERE {column} IS NOT NULL AND {column} <> trunc({column})"
+        );
+        let fractions: i64 = conn.query_row(&sql, [], |row| row.get(0)).map_err(lake_error)?;
+        if fractions > 0 {
+            return Err(Error::new(
+                ErrorKind::Data,
+                format!(
+                    "{}: column '{}' of table '{name}' holds integers, and {} cannot widen it to double: \
+                     a value with a fraction does not fit",
+                    config.label(),
+                    field.name(),
+                    config.label()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `rows` in a new temporary table `name` of `schema`'s columns.

@@ -21,7 +21,7 @@ pub(super) struct Client {
 pub(super) type Binding = Vec<Option<String>>;
 
 impl Client {
-    /// Log in with the config's user and password.
+    /// Log in with the config's user and password, or its private key (a signed JWT).
     pub(super) async fn login(config: &SnowflakeConfig) -> Result<Self> {
         let url = reqwest::Url::parse(&config.url).map_err(|e| Error::config("destination.url", e))?;
         let http = reqwest::Client::builder()
@@ -39,14 +39,22 @@ impl Client {
                 q.append_pair("roleName", r);
             }
         }
-        let body = json!({"data": {
+        let mut body = json!({"data": {
             "ACCOUNT_NAME": config.account(),
             "LOGIN_NAME": config.user,
-            "PASSWORD": config.password.as_ref().map(|p| p.expose().to_string()).unwrap_or_default(),
             "CLIENT_APP_ID": "sluice",
             "CLIENT_APP_VERSION": env!("CARGO_PKG_VERSION"),
             "SESSION_PARAMETERS": {"TIMEZONE": "UTC"},
         }});
+        if let Some(key) = &config.private_key {
+            let now = chrono::Utc::now().timestamp();
+            let token = super::keypair::KeyPair::from_pem(key.expose())?.token(&config.account(), &config.user, now)?;
+            body["data"]["AUTHENTICATOR"] = json!("SNOWFLAKE_JWT");
+            body["data"]["TOKEN"] = json!(token);
+        } else {
+            body["data"]["PASSWORD"] =
+                json!(config.password.as_ref().map(|p| p.expose().to_string()).unwrap_or_default());
+        }
         let answer = post(&http, login, None, &body).await?;
         let token = answer["data"]["token"]
             .as_str()

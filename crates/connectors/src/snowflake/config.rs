@@ -17,6 +17,10 @@ pub struct SnowflakeConfig {
     /// The password; never serialized back.
     #[serde(default, skip_serializing)]
     pub password: Option<Secret>,
+    /// Key-pair login instead of a password: the user's RSA private key as PEM (PKCS#8 or
+    /// PKCS#1, unencrypted; Sluice encrypts it at rest); never serialized back.
+    #[serde(default, skip_serializing)]
+    pub private_key: Option<Secret>,
     /// The database.
     pub database: String,
     /// The schema.
@@ -61,6 +65,9 @@ impl SnowflakeConfig {
 
     /// Check every field but the table (a stream's destination takes the stream's); pure.
     pub fn validate_connection(&self) -> Result<()> {
+        if self.password.is_some() && self.private_key.is_some() {
+            return Err(Error::config("destination.private_key", "give a password or a private key, not both"));
+        }
         let url = reqwest::Url::parse(&self.url).map_err(|e| Error::config("destination.url", e))?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
             return Err(Error::config("destination.url", "must be https://<account>.snowflakecomputing.com"));

@@ -11,6 +11,7 @@
 
 mod client;
 mod config;
+mod keypair;
 mod stage;
 mod target;
 
