@@ -248,9 +248,7 @@ impl Log {
     /// The table as its log has it now: the last checkpoint, then every commit after it.
     pub(crate) async fn load(&self) -> Result<Snapshot> {
         let mut snapshot = Snapshot::empty();
-        if let Some(pointer) = self.get("_delta_log/_last_checkpoint").await? {
-            let pointer: Value = serde_json::from_slice(&pointer).map_err(|e| corrupt("_last_checkpoint", &e))?;
-            let version = pointer["version"].as_i64().ok_or_else(|| corrupt("_last_checkpoint", &"no version"))?;
+        if let Some(version) = self.last_checkpoint().await? {
             let name = format!("_delta_log/{version:020}.checkpoint.parquet");
             let bytes = self.get(&name).await?.ok_or_else(|| corrupt(&name, &"missing"))?;
             snapshot.apply(&super::checkpoint::read(bytes, &name)?);
@@ -259,6 +257,29 @@ impl Log {
         }
         self.refresh(&mut snapshot).await?;
         Ok(snapshot)
+    }
+
+    /// The version of the newest checkpoint: `_last_checkpoint` says, or, without it, the log's
+    /// listing when its first commit is gone (another tool cleaned up, and the pointer is lost).
+    async fn last_checkpoint(&self) -> Result<Option<i64>> {
+        if let Some(pointer) = self.get("_delta_log/_last_checkpoint").await? {
+            let pointer: Value = serde_json::from_slice(&pointer).map_err(|e| corrupt("_last_checkpoint", &e))?;
+            if pointer.get("parts").is_some_and(|p| !p.is_null()) {
+                return Err(corrupt("_last_checkpoint", &"a multi-part checkpoint, which Sluice does not read"));
+            }
+            let version = pointer["version"].as_i64().ok_or_else(|| corrupt("_last_checkpoint", &"no version"))?;
+            return Ok(Some(version));
+        }
+        if self.get(&commit_name(0)).await?.is_some() {
+            return Ok(None);
+        }
+        let logs = self.path("_delta_log");
+        let listed = self.store.list_with_delimiter(Some(&logs)).await.map_err(store_error)?;
+        Ok(listed
+            .objects
+            .iter()
+            .filter_map(|m| m.location.filename()?.strip_suffix(".checkpoint.parquet")?.parse::<i64>().ok())
+            .max())
     }
 
     /// Read the commits after `snapshot.version` into it; how many there were.
@@ -373,6 +394,36 @@ mod tests {
         assert_eq!(snapshot.txns.get("s"), Some(&3));
         assert_eq!(snapshot.metadata.unwrap().configuration["a"], "b");
         assert!(parse("{not json", "2").unwrap_err().message().contains("not a Delta log"));
+    }
+
+    #[tokio::test]
+    async fn a_log_whose_pointer_and_first_commits_are_gone_loads_from_its_newest_checkpoint() {
+        let dir = std::env::temp_dir().join(format!("sluice-delta-log-{:x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&dir).unwrap());
+        let log = Log::new(store, "t".into());
+        let mut at_five = Snapshot::empty();
+        at_five.apply(
+            &parse(
+                r#"{"add":{"path":"a.parquet","partitionValues":{},"size":1,"modificationTime":1,"dataChange":true}}"#,
+                "0",
+            )
+            .unwrap(),
+        );
+        log.put(
+            "_delta_log/00000000000000000005.checkpoint.parquet",
+            super::super::checkpoint::write(&at_five).unwrap(),
+        )
+        .await
+        .unwrap();
+        let six =
+            r#"{"add":{"path":"b.parquet","partitionValues":{},"size":1,"modificationTime":1,"dataChange":true}}"#;
+        log.put("_delta_log/00000000000000000006.json", six.as_bytes().to_vec()).await.unwrap();
+        let snapshot = log.load().await.unwrap();
+        assert_eq!((snapshot.version, snapshot.checkpoint), (6, 5));
+        assert_eq!(snapshot.files.keys().collect::<Vec<_>>(), ["a.parquet", "b.parquet"]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
