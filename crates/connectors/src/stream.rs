@@ -137,8 +137,17 @@ impl StreamConfig {
     /// or a staged load.
     fn validate_dead_letters(&self, table: &str) -> Result<()> {
         let field = "dead_letter_table";
-        if table.is_empty() || table.len() > 128 || table.contains(['*', '[', '"', '`', '.']) {
-            return Err(Error::config(field, "a plain table name (no '.', quotes, '*' or '[')"));
+        // 63: the longest name Postgres keeps (MySQL's is 64).
+        if table.is_empty() || table.len() > 63 || table.contains(['*', '[', '"', '`', '.', '\0']) {
+            return Err(Error::config(field, "a plain table name of at most 63 bytes (no '.', quotes, '*' or '[')"));
+        }
+        if table.eq_ignore_ascii_case("sluice_positions") || table.to_ascii_lowercase().contains("__sluice_landing") {
+            return Err(Error::config(field, "that name is Sluice's own"));
+        }
+        if let Some(DestinationConfig::Postgres(c)) = &self.destination
+            && c.schema_is_template()
+        {
+            return Err(Error::config(field, "a Postgres schema template names many schemas; name one schema"));
         }
         let fits = match &self.destination {
             Some(DestinationConfig::Postgres(c)) => c.custom_sql.is_none(),

@@ -235,10 +235,12 @@ impl DestinationConfig {
             Self::Mysql(c) => restore(&mut c.password, secrets, "destination.password"),
             Self::Sqlite(_) => {}
             Self::Clickhouse(c) => restore(&mut c.password, secrets, "destination.password"),
-            Self::Snowflake(c) => {
+            // One way to log in: a new password or key replaces the stored one, whichever it was.
+            Self::Snowflake(c) if c.password.is_none() && c.private_key.is_none() => {
                 restore(&mut c.password, secrets, "destination.password");
                 restore(&mut c.private_key, secrets, "destination.private_key");
             }
+            Self::Snowflake(_) => {}
             Self::Ducklake(c) => {
                 restore(&mut c.catalog_password, secrets, "destination.catalog_password");
                 if let Some(s3) = &mut c.s3 {

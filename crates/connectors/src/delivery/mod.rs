@@ -220,7 +220,7 @@ impl DeliverySink {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-            let rows = unit.rejects.to_ledger(&self.stream, now);
+            let rows = without_nul(unit.rejects.to_ledger(&self.stream, now))?;
             deliveries.push(Delivery {
                 sync: self.stream.clone(),
                 run_id: String::new(),
@@ -316,6 +316,26 @@ impl Sink for DeliverySink {
         // Then the push keys and totals, once the rows are durable where they belong.
         self.workspace.write(Self::control(&unit, false)).await
     }
+}
+
+/// Ledger rows with NUL characters replaced (U+FFFD): the raw text of an event that is not
+/// JSON may hold one, and Postgres text refuses it, which would refuse the dead-letter row
+/// itself.
+fn without_nul(batch: arrow::record_batch::RecordBatch) -> Result<arrow::record_batch::RecordBatch> {
+    use arrow::array::{Array, ArrayRef, StringArray};
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|column| match column.as_any().downcast_ref::<StringArray>() {
+            Some(text) if text.iter().flatten().any(|v| v.contains('\0')) => {
+                let cleaned: StringArray = text.iter().map(|v| v.map(|v| v.replace('\0', "\u{FFFD}"))).collect();
+                Arc::new(cleaned) as ArrayRef
+            }
+            _ => column.clone(),
+        })
+        .collect();
+    arrow::record_batch::RecordBatch::try_new(batch.schema(), columns)
+        .map_err(|e| Error::new(ErrorKind::Fatal, "ledger rows").with_source(e))
 }
 
 /// The destination of `stream`: files spool in `<workspace folder>/spool/<stream>`, and a

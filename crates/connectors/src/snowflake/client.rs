@@ -93,22 +93,16 @@ impl Client {
     }
 
     /// Upload `bytes` as `file` where a `PUT`'s answer says: a presigned URL (how Snowflake on
-    /// GCS, and fakesnow, take uploads) or a local folder (`LOCAL_FS`). Files of a stage with
-    /// client-side encryption, and S3 or Azure stages (which need the cloud's own client with
-    /// the answer's temporary credentials), are not built: Sluice's stage uses server-side
-    /// encryption, and such an answer is an error that says so.
-    pub(super) async fn upload(&self, answer: &Value, file: &str, bytes: Vec<u8>) -> Result<()> {
+    /// GCS, and fakesnow, take uploads) or a local folder (`LOCAL_FS`). `false`: the answer
+    /// asks for an upload that is not built (S3 or Azure stages, which need the cloud's own
+    /// client with the answer's temporary credentials, or client-side encryption).
+    pub(super) async fn upload(&self, answer: &Value, file: &str, bytes: Vec<u8>) -> Result<bool> {
         let info = &answer["stageInfo"];
         let kind = info["locationType"].as_str().unwrap_or("none");
         let encrypted = answer["encryptionMaterial"].is_object()
             || answer["encryptionMaterial"].as_array().is_some_and(|m| m.iter().any(Value::is_object));
         if encrypted {
-            return Err(Error::new(
-                ErrorKind::Config,
-                "Snowflake: the stage wants client-side encryption, which Sluice does not do; Sluice's own stage \
-                 SLUICE_STAGE is made with ENCRYPTION = (TYPE = 'SNOWFLAKE_SSE'): drop a stage of that name made \
-                 otherwise, or set destination.copy_rows to 0",
-            ));
+            return Ok(false);
         }
         match (kind, info["presignedUrl"].as_str()) {
             (_, Some(presigned)) => {
@@ -126,21 +120,16 @@ impl Client {
                         format!("Snowflake: uploading {file} answered {}", response.status()),
                     ));
                 }
-                Ok(())
+                Ok(true)
             }
             ("LOCAL_FS", None) => {
                 let dir = std::path::Path::new(info["location"].as_str().unwrap_or_default());
                 std::fs::create_dir_all(dir)
                     .and_then(|()| std::fs::write(dir.join(file), bytes))
+                    .map(|()| true)
                     .map_err(|e| Error::new(ErrorKind::Fatal, format!("Snowflake: writing {file} to the stage: {e}")))
             }
-            (other, None) => Err(Error::new(
-                ErrorKind::Config,
-                format!(
-                    "Snowflake: uploads to a stage on {other} are not built (only presigned URLs); set \
-                     destination.copy_rows to 0 to load with INSERTs"
-                ),
-            )),
+            _ => Ok(false),
         }
     }
 }

@@ -43,15 +43,16 @@ impl KeyPair {
         Ok(Self { key, fingerprint })
     }
 
-    /// A JWT for `user` of `account` (the account locator, before any region), valid an hour
-    /// from `now` (seconds since the epoch).
+    /// A JWT for `user` of `account` (the account locator, before any region), valid 59
+    /// minutes from `now` (seconds since the epoch): an hour is Snowflake's most, and a clock a
+    /// little ahead would pass it.
     pub(super) fn token(&self, account: &str, user: &str, now: i64) -> Result<String> {
         let account = account.split('.').next().unwrap_or(account).to_uppercase();
         let subject = format!("{account}.{}", user.to_uppercase());
         let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
         let header = url.encode(json!({"alg": "RS256", "typ": "JWT"}).to_string());
         let claims =
-            json!({"iss": format!("{subject}.{}", self.fingerprint), "sub": subject, "iat": now, "exp": now + 3600});
+            json!({"iss": format!("{subject}.{}", self.fingerprint), "sub": subject, "iat": now, "exp": now + 3540});
         let signed = format!("{header}.{}", url.encode(claims.to_string()));
         let mut signature = vec![0; self.key.public().modulus_len()];
         self.key
@@ -107,7 +108,7 @@ mod tests {
         let claims: Value = serde_json::from_slice(&url.decode(parts[1]).unwrap()).unwrap();
         assert_eq!(claims["iss"], format!("XY12345.ETL_USER.{FINGERPRINT}"));
         assert_eq!(claims["sub"], "XY12345.ETL_USER");
-        assert_eq!(claims["exp"], 1_700_003_600);
+        assert_eq!(claims["exp"], 1_700_003_540);
         let public = UnparsedPublicKey::new(&RSA_PKCS1_2048_8192_SHA256, pair.key.public_key().as_ref().to_vec());
         let signed = format!("{}.{}", parts[0], parts[1]);
         public.verify(signed.as_bytes(), &url.decode(parts[2]).unwrap()).unwrap();

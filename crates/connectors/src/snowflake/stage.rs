@@ -146,6 +146,7 @@ pub(super) fn statements(
                 copy(landing),
                 format!("DELETE FROM {table} AS t USING {landing} AS s WHERE {}", on.join(" AND ")),
                 format!("INSERT INTO {table} ({columns}) SELECT {columns} FROM {landing} WHERE NOT {}", name(DELETED)),
+                format!("DELETE FROM {landing}"),
             ]
         }
     }

@@ -28,12 +28,14 @@ pub struct SnowflakeTarget {
     failed: bool,
     /// `SLUICE_STAGE` exists (made in this session).
     staged: bool,
+    /// The account's stage answered with an upload Sluice cannot make: INSERTs from then on.
+    unstageable: bool,
 }
 
 impl SnowflakeTarget {
     /// A destination for `config` (logs in on use).
     pub fn new(config: SnowflakeConfig) -> Self {
-        Self { config, client: None, tables: HashMap::new(), failed: false, staged: false }
+        Self { config, client: None, tables: HashMap::new(), failed: false, staged: false, unstageable: false }
     }
 
     async fn client(&mut self) -> Result<&Client> {
@@ -133,15 +135,14 @@ impl SnowflakeTarget {
             self.client().await?.query(&sql, &[]).await?;
         }
         let mut statements: Vec<(String, Vec<Binding>)> = Vec::new();
-        let load = format!("{:016x}", rand::random::<u64>());
         for (i, (table, delivery)) in tables.iter().zip(deliveries).enumerate() {
             let big = self.config.copy_rows > 0
-                && (delivery.row_count() + delivery.delete_count()) as u64 >= self.config.copy_rows;
-            if big {
-                let loads = self.stage(table, delivery, &format!("{load}/{i}"), i).await?;
-                statements.extend(loads.into_iter().map(|sql| (sql, Vec::new())));
-            } else {
-                statements.extend(self.statements(table, delivery)?);
+                && (delivery.row_count() + delivery.delete_count()) as u64 >= self.config.copy_rows
+                && !(delivery.mode.keyed() && delivery.keys.is_empty());
+            let staged = if big { self.stage(table, delivery, i).await? } else { None };
+            match staged {
+                Some(loads) => statements.extend(loads.into_iter().map(|sql| (sql, Vec::new()))),
+                None => statements.extend(self.statements(table, delivery)?),
             }
         }
         if let Some(stamp) = stamp {
@@ -163,13 +164,20 @@ impl SnowflakeTarget {
         client.query(if commit { "COMMIT" } else { "ROLLBACK" }, &[]).await.map(drop)
     }
 
-    /// Put `delivery` into the stage as one Parquet file under `folder` (and, keyed, make its
-    /// landing table: DDL, so before the transaction); the statements that load it.
-    async fn stage(&mut self, table: &str, delivery: &Delivery, folder: &str, n: usize) -> Result<Vec<String>> {
+    /// Put `delivery` (the `n`th of the write) into the stage as one Parquet file in a folder of
+    /// its own (and, keyed, make its landing table: DDL, so before the transaction); the
+    /// statements that load it. `None`: this account's stage takes no upload Sluice can make
+    /// (S3 or Azure credentials, client-side encryption), so the rows go as INSERTs.
+    async fn stage(&mut self, table: &str, delivery: &Delivery, n: usize) -> Result<Option<Vec<String>>> {
+        if self.unstageable {
+            return Ok(None);
+        }
         let fold = |n: &str| if self.config.uppercase { n.to_uppercase() } else { n.to_string() };
         let bytes = stage::parquet(delivery, fold)?;
         let schema = format!("{}.{}", quote(&self.config.database), quote(&self.config.schema));
-        let reference = format!("@{schema}.{}/{folder}", stage::STAGE);
+        // A random folder of fixed length, so no folder's name begins another's (a stage path
+        // is a name prefix), and a trailing slash.
+        let reference = format!("@{schema}.{}/{:016x}/", stage::STAGE, rand::random::<u64>());
         if !self.staged {
             let sql =
                 format!("CREATE STAGE IF NOT EXISTS {schema}.{} ENCRYPTION = (TYPE = 'SNOWFLAKE_SSE')", stage::STAGE);
@@ -177,22 +185,29 @@ impl SnowflakeTarget {
             self.staged = true;
         }
         let file = format!("{n}.parquet");
-        // A table of its own beside the target, emptied by each load that uses it.
-        let landing = self.qualified(&format!("{table}__sluice_landing"));
-        let make_landing = [
-            format!("CREATE OR REPLACE TABLE {landing} LIKE {}", self.qualified(table)),
-            format!("ALTER TABLE {landing} ADD COLUMN {} BOOLEAN", self.config.name(stage::DELETED)),
-        ];
+        // A landing table of the delivery's own, every column nullable (a delete's mark row has
+        // only its keys), emptied again inside the transaction.
+        let landing = self.qualified(&format!("{table}__sluice_landing_{n}"));
+        let mut columns: Vec<String> = delivery
+            .schema
+            .fields()
+            .iter()
+            .map(|f| format!("{} {}", self.config.name(f.name()), sql_type(f.data_type())))
+            .collect();
+        columns.push(format!("{} BOOLEAN", self.config.name(stage::DELETED)));
+        let make_landing = format!("CREATE OR REPLACE TABLE {landing} ({})", columns.join(", "));
         let client = self.client().await?;
         let put = format!("PUT 'file:///sluice/{file}' {reference} AUTO_COMPRESS = FALSE OVERWRITE = TRUE");
         let answer = client.put(&put).await?;
-        client.upload(&answer, &file, bytes).await?;
-        if delivery.mode.keyed() {
-            for statement in &make_landing {
-                client.query(statement, &[]).await?;
-            }
+        if !client.upload(&answer, &file, bytes).await? {
+            tracing::warn!(table, "This Snowflake account's stage takes no upload Sluice makes; loading with INSERTs.");
+            self.unstageable = true;
+            return Ok(None);
         }
-        Ok(stage::statements(delivery, &reference, &self.qualified(table), &landing, |c| self.config.name(c)))
+        if delivery.mode.keyed() {
+            client.query(&make_landing, &[]).await?;
+        }
+        Ok(Some(stage::statements(delivery, &reference, &self.qualified(table), &landing, |c| self.config.name(c))))
     }
 
     /// The statements of one delivery: replace empties the table; keyed modes delete the keys
