@@ -107,12 +107,15 @@ impl MysqlTableConfig {
 /// Delivers into a MySQL or MariaDB table.
 pub struct MysqlTarget {
     config: MysqlTableConfig,
+    /// The last write failed: its COMMIT may have landed with its answer lost, so the next
+    /// write of a stamp first reads the position the table holds.
+    unsure: bool,
 }
 
 impl MysqlTarget {
     /// A destination for `config` (connects on use).
     pub fn new(config: MysqlTableConfig) -> Self {
-        Self { config }
+        Self { config, unsure: false }
     }
 }
 
@@ -141,9 +144,17 @@ impl Destination for MysqlTarget {
     async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
         let custom = self.config.custom_sql.as_deref().map(CustomSql::parse).transpose();
         let custom = custom.map_err(|e| Error::config("destination.custom_sql", e))?;
+        if let Some(stamp) = stamp.filter(|_| self.unsure)
+            && self.stamp(&stamp.owner).await?.as_deref() == Some(stamp.checkpoint.as_str())
+        {
+            // The failed try committed after all: writing it again would repeat its rows.
+            self.unsure = false;
+            return Ok(());
+        }
         let mut conn = self.config.connect().await?;
         let result = write(&mut conn, &self.config.table, custom.as_ref(), deliveries, stamp, true).await;
         let _ = conn.disconnect().await;
+        self.unsure = result.is_err();
         result
     }
 

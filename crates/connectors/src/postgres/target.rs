@@ -143,12 +143,15 @@ pub struct PostgresTarget {
     session: Option<tokio_postgres::Client>,
     /// Schemas this session made sure exist (a templated schema).
     schemas: std::collections::HashSet<String>,
+    /// The last write failed: its COMMIT may have landed with its answer lost, so the next
+    /// write of a stamp first reads the position the table holds.
+    unsure: bool,
 }
 
 impl PostgresTarget {
     /// A destination for `config` (connects on use).
     pub fn new(config: PostgresTableConfig) -> Self {
-        Self { config, session: None, schemas: Default::default() }
+        Self { config, session: None, schemas: Default::default(), unsure: false }
     }
 
     /// The schema and name of a delivery's table: split at the first dot when the schema is a
@@ -187,7 +190,16 @@ impl Destination for PostgresTarget {
     }
 
     async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
+        if let Some(stamp) = stamp.filter(|_| self.unsure) {
+            let held = self.read_stamp(&stamp.owner).await;
+            if self.forget_on_error(held)?.as_deref() == Some(stamp.checkpoint.as_str()) {
+                // The failed try committed after all: writing it again would repeat its rows.
+                self.unsure = false;
+                return Ok(());
+            }
+        }
         let result = self.write_in_one(deliveries, stamp, true).await;
+        self.unsure = result.is_err();
         self.forget_on_error(result)
     }
 
