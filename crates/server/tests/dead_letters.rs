@@ -216,3 +216,37 @@ async fn rows_sqlite_refuses_go_to_the_dead_letter_table() {
     let dead = read("SELECT json_extract(value, '$.id'), reason LIKE '%CHECK constraint%' FROM orders_dead");
     assert_eq!(dead, ["3|1"]);
 }
+
+/// A dead-letter table of the user's that cannot take the ledger's rows (its columns are
+/// others): the unit goes without its dead letters, which stay in the workspace ledger, and the
+/// stream goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_letter_table_the_destination_refuses_does_not_stop_the_stream() {
+    let pg = Postgres::start();
+    pg.sql(
+        "CREATE TABLE orders (id bigint PRIMARY KEY, code varchar(5)); CREATE TABLE orders_dead (stream int NOT NULL);",
+    );
+    let dir = DataDir::new("dead-letters-refused");
+    let server = Server::start(&dir.0).await;
+    let key = server
+        .create_stream(json!({
+            "name": "o", "table": "orders", "dead_letter_table": "orders_dead",
+            "destination": {"kind": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest",
+                            "user": "etl", "password": "etl", "schema": "public"},
+            "flush": {"max_wait_ms": 20},
+        }))
+        .await;
+    assert_eq!(server.push("o", &key, ten_orders()).await.0, 202);
+    wait_slowly("the orders Postgres takes", Duration::from_secs(60), || {
+        pg.lines("SELECT count(*) FROM orders") == ["9"]
+    })
+    .await;
+    assert_eq!(pg.lines("SELECT count(*) FROM orders_dead"), ["0"]);
+    let ledger = server.lines("SELECT count(*) FROM sluice.rejects WHERE stream = 'o'").await;
+    assert_eq!(ledger, ["1"]);
+    assert_eq!(server.push("o", &key, r#"[{"id": 99, "code": "late"}]"#).await.0, 202);
+    wait_slowly("a later order", Duration::from_secs(60), || pg.lines("SELECT count(*) FROM orders") == ["10"]).await;
+    let (_, metrics) = server.get("/api/streams/o/metrics").await;
+    assert_eq!(metrics["state"], "running", "{metrics}");
+    assert!(metrics["destination"]["dead_letters_refused"].as_f64() >= Some(1.0), "{metrics}");
+}

@@ -85,7 +85,10 @@ async fn debezium_over_kafka_mirrored_into_snowflake_equals_the_final_state() {
         produce_keyed(&producer, "cdc", chunk).await;
     }
     let read = || {
-        if snow.count("customers") == 0 {
+        // `tier` comes mid-stream: until then the query below cannot run.
+        let tier =
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'customers' AND column_name = 'tier'";
+        if snow.count("customers") == 0 || snow.lines(tier) != ["1"] {
             return Vec::new();
         }
         snow.lines(
@@ -159,7 +162,10 @@ async fn a_staged_debezium_mirror_loads_through_put_and_copy_across_a_kill_9() {
         produce_keyed(&producer, "cdc", chunk).await;
     }
     let read = || {
-        if snow.count("customers") == 0 {
+        // `tier` comes mid-stream: until then the query below cannot run.
+        let tier =
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'customers' AND column_name = 'tier'";
+        if snow.count("customers") == 0 || snow.lines(tier) != ["1"] {
             return Vec::new();
         }
         snow.lines(

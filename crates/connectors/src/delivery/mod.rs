@@ -291,7 +291,23 @@ impl Sink for DeliverySink {
         let mut destination = self.destination.lock().await;
         if self.stamps {
             let stamp = Stamp { owner: self.stream.clone(), checkpoint };
-            destination.write(&deliveries, Some(&stamp)).await?;
+            let written = destination.write(&deliveries, Some(&stamp)).await;
+            match written {
+                Err(e) if self.dead_letters.is_some() && !unit.rejects.is_empty() && refusal(&e) => {
+                    // The dead-letter table itself may be what the destination refuses (a table
+                    // of the user's with other columns): the unit goes without its dead letters,
+                    // which stay in the workspace ledger, rather than stopping the stream.
+                    let rows = deliveries.len() - 1;
+                    if !matches!(destination.probe(&deliveries[..rows]).await, Some(Ok(()))) {
+                        return Err(e);
+                    }
+                    tracing::warn!(stream = %self.stream, error = %e, "The destination refused the dead-letter rows; they stay in the workspace ledger.");
+                    self.metrics.add_destination("dead_letters_refused", unit.rejects.len() as f64);
+                    deliveries.truncate(rows);
+                    destination.write(&deliveries, Some(&stamp)).await?;
+                }
+                other => other?,
+            }
         } else {
             // At least once: the run id comes from the unit's end position (and the
             // delivery's place in it), so a unit read again the same way carries the same
@@ -316,6 +332,12 @@ impl Sink for DeliverySink {
         // Then the push keys and totals, once the rows are durable where they belong.
         self.workspace.write(Self::control(&unit, false)).await
     }
+}
+
+/// An error that says the destination will not take the write as it is (not a connection or
+/// a busy server to wait for, not the config).
+fn refusal(e: &Error) -> bool {
+    matches!(e.kind(), ErrorKind::Fatal | ErrorKind::Data)
 }
 
 /// Ledger rows with NUL characters replaced (U+FFFD): the raw text of an event that is not
