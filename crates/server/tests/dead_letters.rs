@@ -57,6 +57,15 @@ async fn rows_postgres_refuses_go_to_the_dead_letter_table_and_the_stream_goes_o
     wait_slowly("the later orders", Duration::from_secs(60), || pg.lines("SELECT count(*) FROM orders") == ["47"])
         .await;
     assert_eq!(pg.lines("SELECT count(*) FROM orders_dead"), ["4"]);
+    // A line that is not JSON, with a NUL in it (which Postgres text refuses): its dead letter
+    // lands with the NUL replaced, and the stream goes on.
+    let (status, _) = server.push("o", &key, "{\"id\": 50, \"code\": \"c50\"}\nnot json \u{0} here\n").await;
+    assert_eq!(status, 202);
+    wait_slowly("the line's dead letter", Duration::from_secs(60), || {
+        pg.lines("SELECT count(*) FROM orders_dead WHERE value LIKE 'not json%here'") == ["1"]
+    })
+    .await;
+    assert_eq!(pg.lines("SELECT count(*) FROM orders"), ["48"]);
     let (_, metrics) = server.get("/api/streams/o/metrics").await;
     assert_eq!(metrics["state"], "running", "{metrics}");
 }
