@@ -10,6 +10,11 @@ use serde_json::{Value, json};
 use crate::harness::{DataDir, Server, wait_slowly, wait_until};
 use crate::postgres::Postgres;
 
+fn pg_destination(pg: &Postgres) -> Value {
+    json!({"kind": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest", "user": "etl",
+           "password": "etl", "schema": "public"})
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn rows_postgres_refuses_go_to_the_dead_letter_table_and_the_stream_goes_on() {
     let pg = Postgres::start();
@@ -19,8 +24,7 @@ async fn rows_postgres_refuses_go_to_the_dead_letter_table_and_the_stream_goes_o
     let key = server
         .create_stream(json!({
             "name": "o", "table": "orders", "dead_letter_table": "orders_dead",
-            "destination": {"kind": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest",
-                            "user": "etl", "password": "etl", "schema": "public"},
+            "destination": pg_destination(&pg),
             "flush": {"max_wait_ms": 20},
         }))
         .await;
@@ -240,8 +244,7 @@ async fn a_dead_letter_table_the_destination_refuses_does_not_stop_the_stream() 
     let key = server
         .create_stream(json!({
             "name": "o", "table": "orders", "dead_letter_table": "orders_dead",
-            "destination": {"kind": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest",
-                            "user": "etl", "password": "etl", "schema": "public"},
+            "destination": pg_destination(&pg),
             "flush": {"max_wait_ms": 20},
         }))
         .await;

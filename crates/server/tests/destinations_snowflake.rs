@@ -1,7 +1,8 @@
 //! Streams and syncs into Snowflake (fakesnow: the drivers' REST protocol over DuckDB), checked
 //! with Snowflake's Python connector: seed 001's flow, Kinesis → Snowflake, the table appearing
 //! on the first record and gaining columns, across two kill -9, every record once; Debezium over
-//! Kafka mirrored, equal to the final state; a sync in upsert mode.
+//! Kafka mirrored, equal to the final state, also as a staged stream loading through PUT and
+//! COPY INTO across a kill -9; a sync in upsert mode; key-pair login.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -84,20 +85,7 @@ async fn debezium_over_kafka_mirrored_into_snowflake_equals_the_final_state() {
     for chunk in messages.chunks(300) {
         produce_keyed(&producer, "cdc", chunk).await;
     }
-    let read = || {
-        // `tier` comes mid-stream: until then the query below cannot run.
-        let tier =
-            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'customers' AND column_name = 'tier'";
-        if snow.count("customers") == 0 || snow.lines(tier) != ["1"] {
-            return Vec::new();
-        }
-        snow.lines(
-            "SELECT \"id\", \"name\", \"balance\", coalesce(\"tier\", 'NULL') FROM \"customers\" ORDER BY \"id\"",
-        )
-        .into_iter()
-        .map(|l| l.replace(".0|", "|"))
-        .collect::<Vec<_>>()
-    };
+    let read = || mirrored(&snow);
     wait_until("the mirror equal to the final state", Duration::from_secs(120), || async { read() == want }).await;
 }
 
@@ -161,20 +149,7 @@ async fn a_staged_debezium_mirror_loads_through_put_and_copy_across_a_kill_9() {
     for chunk in rest.chunks(300) {
         produce_keyed(&producer, "cdc", chunk).await;
     }
-    let read = || {
-        // `tier` comes mid-stream: until then the query below cannot run.
-        let tier =
-            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'customers' AND column_name = 'tier'";
-        if snow.count("customers") == 0 || snow.lines(tier) != ["1"] {
-            return Vec::new();
-        }
-        snow.lines(
-            "SELECT \"id\", \"name\", \"balance\", coalesce(\"tier\", 'NULL') FROM \"customers\" ORDER BY \"id\"",
-        )
-        .into_iter()
-        .map(|l| l.replace(".0|", "|"))
-        .collect::<Vec<_>>()
-    };
+    let read = || mirrored(&snow);
     wait_until("the mirror equal to the final state", Duration::from_secs(120), || async { read() == want }).await;
     // The loads went through the stage: fakesnow's load history lists a Parquet file loaded
     // by COPY INTO, and the landing table exists (only staged keyed loads make it).
@@ -214,4 +189,18 @@ async fn a_stream_logs_in_with_a_private_key() {
     assert!(!stream.to_string().contains("PRIVATE KEY"), "the key is never shown: {stream}");
     // A line from the middle of the key is in no file of the data folder in clear.
     crate::harness::assert_not_on_disk(&dir.0, None, pem.lines().nth(5).unwrap());
+}
+
+/// The mirrored customers as `id|name|balance|tier`, empty until the table has its `tier`
+/// column (it comes mid-stream, and the query cannot run before).
+fn mirrored(snow: &FakeSnow) -> Vec<String> {
+    let tier =
+        "SELECT count(*) FROM information_schema.columns WHERE table_name = 'customers' AND column_name = 'tier'";
+    if snow.count("customers") == 0 || snow.lines(tier) != ["1"] {
+        return Vec::new();
+    }
+    snow.lines("SELECT \"id\", \"name\", \"balance\", coalesce(\"tier\", 'NULL') FROM \"customers\" ORDER BY \"id\"")
+        .into_iter()
+        .map(|l| l.replace(".0|", "|"))
+        .collect()
 }
