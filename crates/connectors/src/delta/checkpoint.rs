@@ -7,13 +7,11 @@ use std::io::Cursor;
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Fields, Schema};
-use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::basic::Compression;
-use parquet::file::properties::WriterProperties;
 use sluice_core::{Error, ErrorKind, Result};
 
 use super::log::{Action, Remove, Snapshot, Txn, parse};
+use crate::files::{Compression, FileFormat};
 
 fn text() -> Field {
     Field::new("", DataType::Utf8, true)
@@ -128,13 +126,8 @@ pub(crate) fn write(snapshot: &Snapshot) -> Result<Vec<u8>> {
         .with_batch_size(8192)
         .build(Cursor::new(lines.into_bytes()))
         .map_err(|e| failed("a checkpoint", &e))?;
-    let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
-    let mut writer =
-        ArrowWriter::try_new(Vec::new(), schema, Some(properties)).map_err(|e| failed("a checkpoint", &e))?;
-    for batch in reader {
-        writer.write(&batch.map_err(|e| failed("a checkpoint", &e))?).map_err(|e| failed("a checkpoint", &e))?;
-    }
-    writer.into_inner().map_err(|e| failed("a checkpoint", &e))
+    let batches = reader.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| failed("a checkpoint", &e))?;
+    crate::files::encode(FileFormat::Parquet, Compression::Snappy, &schema, &batches)
 }
 
 /// The actions a checkpoint (ours or another writer's) holds.

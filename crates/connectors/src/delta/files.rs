@@ -8,14 +8,12 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
-use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::basic::Compression;
-use parquet::file::properties::WriterProperties;
 use sluice_core::{Error, ErrorKind, Result};
 
 use super::log::{Add, Log, now_ms};
 use super::schema::conform;
+use crate::files::{Compression, FileFormat};
 
 fn failed(what: &str, e: &dyn std::fmt::Display) -> Error {
     Error::new(ErrorKind::Fatal, format!("delta: {what}: {e}"))
@@ -32,16 +30,8 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + '
 pub(crate) async fn write(log: &Log, schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Add> {
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let (schema, batches) = (schema.clone(), batches.to_vec());
-    let bytes = blocking(move || {
-        let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
-        let mut writer =
-            ArrowWriter::try_new(Vec::new(), schema, Some(properties)).map_err(|e| failed("a data file", &e))?;
-        for batch in batches.iter().filter(|b| b.num_rows() > 0) {
-            writer.write(batch).map_err(|e| failed("a data file", &e))?;
-        }
-        writer.into_inner().map_err(|e| failed("a data file", &e))
-    })
-    .await?;
+    let bytes =
+        blocking(move || crate::files::encode(FileFormat::Parquet, Compression::Snappy, &schema, &batches)).await?;
     let path = format!("part-{:032x}.snappy.parquet", rand::random::<u128>());
     let size = i64::try_from(bytes.len()).unwrap_or(i64::MAX);
     log.put(&path, bytes).await?;

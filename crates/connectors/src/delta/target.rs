@@ -61,6 +61,16 @@ impl DeltaTarget {
         Ok(table)
     }
 
+    /// `deliveries` by the table each writes (the config's, for a sync).
+    fn by_table<'a>(&self, deliveries: &'a [Delivery]) -> BTreeMap<String, Vec<&'a Delivery>> {
+        let mut by_table: BTreeMap<String, Vec<&Delivery>> = BTreeMap::new();
+        for delivery in deliveries {
+            let name = delivery.table.clone().unwrap_or_else(|| self.config.table.clone());
+            by_table.entry(name).or_default().push(delivery);
+        }
+        by_table
+    }
+
     /// The tables under the location (folders with a `_delta_log`).
     async fn existing(&self) -> Result<Vec<String>> {
         let (store, prefix) = self.config.store()?;
@@ -123,11 +133,7 @@ impl Destination for DeltaTarget {
     }
 
     async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
-        let mut by_table: BTreeMap<String, Vec<&Delivery>> = BTreeMap::new();
-        for delivery in deliveries {
-            let name = delivery.table.clone().unwrap_or_else(|| self.config.table.clone());
-            by_table.entry(name).or_default().push(delivery);
-        }
+        let mut by_table = self.by_table(deliveries);
         if by_table.len() > 1 && stamp.is_some() {
             return Err(Error::new(
                 ErrorKind::Fatal,
@@ -156,11 +162,7 @@ impl Destination for DeltaTarget {
     }
 
     async fn probe(&mut self, deliveries: &[Delivery]) -> Option<Result<()>> {
-        let mut by_table: BTreeMap<String, Vec<&Delivery>> = BTreeMap::new();
-        for delivery in deliveries {
-            let name = delivery.table.clone().unwrap_or_else(|| self.config.table.clone());
-            by_table.entry(name).or_default().push(delivery);
-        }
+        let by_table = self.by_table(deliveries);
         for (name, group) in by_table {
             let shared = match self.table(&name) {
                 Ok(shared) => shared,

@@ -13,6 +13,7 @@ mod target;
 
 pub(crate) use config::default_region;
 pub use config::{AzureConfig, Compression, FileFormat, FilesConfig, Rotate, S3Config};
+pub(crate) use encode::encode;
 pub(crate) use store::s3_store;
 pub use stream::FilesStream;
 pub use target::FilesTarget;

@@ -92,7 +92,11 @@ impl SnowflakeConfig {
 
     /// A name as written in SQL: quoted as is, or upper case (Snowflake's folding) quoted.
     pub(super) fn name(&self, name: &str) -> String {
-        let name = if self.uppercase { name.to_uppercase() } else { name.to_string() };
-        format!("\"{}\"", name.replace('"', "\"\""))
+        format!("\"{}\"", self.fold(name).replace('"', "\"\""))
+    }
+
+    /// A name as the table has it: upper case with `uppercase`.
+    pub(super) fn fold(&self, name: &str) -> String {
+        if self.uppercase { name.to_uppercase() } else { name.to_string() }
     }
 }

@@ -9,11 +9,9 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringBuilder, new_null_array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use parquet::arrow::ArrowWriter;
-use parquet::basic::Compression;
-use parquet::file::properties::WriterProperties;
 use sluice_core::{Delivery, Error, ErrorKind, Result, SyncMode};
 
+use crate::files::{Compression, FileFormat};
 use crate::sql_table::{Dialect, Literals};
 
 /// The internal stage Sluice loads through, in the destination's schema. Server-side
@@ -92,11 +90,10 @@ pub(super) fn parquet(delivery: &Delivery, name: impl Fn(&str) -> String) -> Res
         fields.push(Field::new(name(DELETED), DataType::Boolean, true));
     }
     let schema: SchemaRef = Arc::new(Schema::new(fields));
-    let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
-    let mut writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(properties)).map_err(|e| failed(&e))?;
     let mark = keyed.then_some(false);
+    let mut staged = Vec::new();
     for batch in delivery.rows.iter().filter(|b| b.num_rows() > 0) {
-        writer.write(&stage_batch(batch, &schema, mark)?).map_err(|e| failed(&e))?;
+        staged.push(stage_batch(batch, &schema, mark)?);
     }
     for deletes in delivery.deletes.iter().filter(|b| keyed && b.num_rows() > 0) {
         // Every column of the table, the keys from the delete and the rest null.
@@ -111,9 +108,9 @@ pub(super) fn parquet(delivery: &Delivery, name: impl Fn(&str) -> String) -> Res
             })
             .collect::<Result<_>>()?;
         let full = RecordBatch::try_new(delivery.schema.clone(), full).map_err(|e| failed(&e))?;
-        writer.write(&stage_batch(&full, &schema, Some(true))?).map_err(|e| failed(&e))?;
+        staged.push(stage_batch(&full, &schema, Some(true))?);
     }
-    writer.into_inner().map_err(|e| failed(&e))
+    crate::files::encode(FileFormat::Parquet, Compression::Snappy, &schema, &staged)
 }
 
 /// The statements that load a staged delivery inside the transaction: `stage` is the folder's

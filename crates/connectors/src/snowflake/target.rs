@@ -63,7 +63,7 @@ impl SnowflakeTarget {
         if let Some(columns) = self.tables.get(table) {
             return Ok(columns.clone());
         }
-        let name = if self.config.uppercase { table.to_uppercase() } else { table.to_string() };
+        let name = self.config.fold(table);
         let sql = format!(
             "SELECT column_name, data_type FROM {}.information_schema.columns \
              WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position",
@@ -87,7 +87,6 @@ impl SnowflakeTarget {
         let existing = self.columns(table).await?;
         let qualified = self.qualified(table);
         let mut statements = Vec::new();
-        let folded = |n: &str| if self.config.uppercase { n.to_uppercase() } else { n.to_string() };
         if existing.is_empty() {
             let defs: Vec<String> = schema
                 .fields()
@@ -97,7 +96,7 @@ impl SnowflakeTarget {
             statements.push(format!("CREATE TABLE IF NOT EXISTS {qualified} ({})", defs.join(", ")));
         } else {
             for field in schema.fields() {
-                if !existing.iter().any(|(n, _)| n.eq_ignore_ascii_case(&folded(field.name()))) {
+                if !existing.iter().any(|(n, _)| n.eq_ignore_ascii_case(&self.config.fold(field.name()))) {
                     let ty = sql_type(field.data_type());
                     statements
                         .push(format!("ALTER TABLE {qualified} ADD COLUMN {} {ty}", self.config.name(field.name())));
@@ -172,8 +171,7 @@ impl SnowflakeTarget {
         if self.unstageable {
             return Ok(None);
         }
-        let fold = |n: &str| if self.config.uppercase { n.to_uppercase() } else { n.to_string() };
-        let bytes = stage::parquet(delivery, fold)?;
+        let bytes = stage::parquet(delivery, |n| self.config.fold(n))?;
         let schema = format!("{}.{}", quote(&self.config.database), quote(&self.config.schema));
         // A random folder of fixed length, so no folder's name begins another's (a stage path
         // is a name prefix), and a trailing slash.
