@@ -60,7 +60,12 @@ impl Table {
     /// a checkpoint when due, and delete what the retention no longer keeps.
     pub(crate) async fn upkeep(&mut self, settings: &DeltaCompaction, force: bool) -> Result<CompactionReport> {
         let started = Instant::now();
-        let snapshot = self.current().await?.clone();
+        // After this writer's own commit its snapshot is current; on demand, the log is read
+        // again (another writer may have committed since).
+        let snapshot = match &self.snapshot {
+            Some(snapshot) if !force => snapshot.clone(),
+            _ => self.current().await?.clone(),
+        };
         // A table Sluice would write wrongly is not compacted or checkpointed either.
         snapshot.check_writable(&self.name)?;
         let before = FileFigures::of(&snapshot);
