@@ -195,6 +195,9 @@ pub enum Payload {
     /// A small push body the HTTP edge already split into events (in parallel with other
     /// requests, off the stream's one decoding task).
     Events(Vec<crate::format::json::Event>),
+    /// A small push body the HTTP edge already decoded into columns (see
+    /// [`crate::decode::Edge`]), with the body kept for a serial decode.
+    Decoded(Box<crate::decode::Predecoded>),
     /// A parsed JSON value.
     Json(Value),
     /// Rows of a table snapshot in PostgreSQL's `COPY` text format.

@@ -34,7 +34,7 @@ pub struct FlushConfig {
 
 impl Default for FlushConfig {
     fn default() -> Self {
-        Self { max_rows: 100_000, max_bytes: 32 << 20, max_wait_ms: 250, linger_ms: 5 }
+        Self { max_rows: 100_000, max_bytes: 32 << 20, max_wait_ms: 250, linger_ms: 0 }
     }
 }
 

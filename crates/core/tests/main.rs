@@ -4,6 +4,7 @@
 mod changes;
 mod debezium_keys;
 mod decoder;
+mod edge;
 mod fuzz;
 mod quarantine;
 mod run_loop;

@@ -351,6 +351,12 @@ impl Supervisor {
         }
         let ctx = SourceContext { stream: &config.name, position: &checkpoint.position, metrics: metrics.clone() };
         let (source, handle) = build_source(&config.source, ctx)?;
+        // A push stream's bodies are decoded on the requests' tasks against its schemas.
+        let edge = match &handle {
+            SourceHandle::Push(push) => Some(push.edge.clone()),
+            _ => None,
+        };
+        let decoder = decoder.with_edge(edge.clone());
         let delivery = match &config.destination {
             Some(destination) => {
                 let sink = DeliverySink::new(&config, destination, self.workspace.clone(), metrics.clone())?;
@@ -386,7 +392,7 @@ impl Supervisor {
         let task = tokio::spawn(supervise(
             config.clone(),
             source,
-            decoder,
+            (decoder, edge),
             (sink, self.workspace.state().clone(), delivery),
             checkpoint,
             metrics.clone(),
@@ -413,7 +419,7 @@ const HEALTHY_RUN: Duration = Duration::from_secs(10);
 async fn supervise(
     config: StreamConfig,
     mut source: Box<dyn sluice_core::Source>,
-    mut decoder: Decoder,
+    (mut decoder, edge): (Decoder, Option<Arc<sluice_core::decode::Edge>>),
     (sink, state, delivery): (Arc<dyn sluice_core::Sink>, WorkspaceState, Option<Arc<DeliverySink>>),
     mut checkpoint: sluice_core::Checkpoint,
     metrics: Arc<StreamMetrics>,
@@ -429,7 +435,7 @@ async fn supervise(
             };
             match resumed {
                 Ok((cp, d)) => {
-                    (checkpoint, decoder) = (cp, d);
+                    (checkpoint, decoder) = (cp, d.with_edge(edge.clone()));
                     break;
                 }
                 Err(e) => {
@@ -483,7 +489,7 @@ async fn supervise(
                             continue;
                         }
                         checkpoint = cp;
-                        decoder = d;
+                        decoder = d.with_edge(edge.clone());
                     }
                     Err(e) => tracing::error!(stream = %config.name, error = %e, "Reload failed."),
                 }

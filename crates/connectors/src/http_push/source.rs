@@ -86,6 +86,8 @@ pub struct PushHandle {
     pub max_invalid_events: usize,
     /// The stream's idempotency keys.
     pub keys: KeyMemory,
+    /// Where bodies are decoded on the requests' tasks, with the stream decoder's schemas.
+    pub edge: std::sync::Arc<sluice_core::decode::Edge>,
 }
 
 impl PushHandle {
@@ -115,6 +117,7 @@ pub fn channel(config: &HttpPushConfig) -> (HttpPushSource, PushHandle) {
             max_body_bytes: config.max_body_bytes,
             max_invalid_events: config.max_invalid_events,
             keys: KeyMemory::new(Duration::from_secs(config.idempotency_window_s), config.idempotency_keys),
+            edge: sluice_core::decode::Edge::new(),
         },
     )
 }

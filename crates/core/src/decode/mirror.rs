@@ -61,7 +61,7 @@ impl Decoder {
                 out.rejects.push(reject(raw, reason));
                 return Ok(());
             }
-            Payload::Bytes(_) | Payload::Body(_) | Payload::Events(_) | Payload::Copy(_) => {
+            Payload::Bytes(_) | Payload::Body(_) | Payload::Events(_) | Payload::Copy(_) | Payload::Decoded(_) => {
                 return Err(Error::new(ErrorKind::Fatal, "nested raw payload"));
             }
         };

@@ -8,6 +8,7 @@
 pub mod change;
 mod column;
 mod copy;
+mod edge;
 mod metadata;
 mod mirror;
 mod names;
@@ -20,6 +21,7 @@ use serde_json::{Map, Value};
 
 pub use change::{ChangeConfig, Format, Mode};
 pub use copy::unescape as unescape_copy_field;
+pub use edge::{Edge, Predecoded};
 pub use metadata::MetadataConfig;
 use metadata::source_coordinates;
 pub use names::MAX_NAME_BYTES;
@@ -68,13 +70,34 @@ pub struct Decoder {
     changes: ChangeConfig,
     schemas: HashMap<String, TableSchema>,
     transform: Option<std::sync::Arc<Transform>>,
+    /// The push edge this decoder shares its schemas with, and the version it last published.
+    edge: Option<(std::sync::Arc<Edge>, u64)>,
 }
 
 impl Decoder {
     /// A decoder for `table` (a name, or a template where `*` is the record's route), starting
     /// from the schemas the destination already has.
     pub fn new(table: String, metadata: MetadataConfig, schemas: HashMap<String, TableSchema>) -> Self {
-        Self { table, metadata, changes: ChangeConfig::default(), schemas, transform: None }
+        Self { table, metadata, changes: ChangeConfig::default(), schemas, transform: None, edge: None }
+    }
+
+    /// The same decoder sharing its schemas with a push edge, which then decodes bodies on the
+    /// requests' tasks (see [`Edge`]). Call it last, once the decoder is configured.
+    pub fn with_edge(mut self, edge: Option<std::sync::Arc<Edge>>) -> Self {
+        self.edge = edge.map(|edge| {
+            let version = edge.publish(&self);
+            (edge, version)
+        });
+        self
+    }
+
+    /// Whether a copy of this decoder gives the same result on another task: no transform,
+    /// append mode on JSON, no `_position` (the sequence is known only here), one table.
+    fn runs_at_edge(&self) -> bool {
+        self.transform.is_none()
+            && self.changes == ChangeConfig::default()
+            && !self.metadata.position
+            && !self.table.contains('*')
     }
 
     /// The same decoder with a transform between the events and the tables.
@@ -106,8 +129,26 @@ impl Decoder {
         let mut out = Decoded { last_sequence: next_sequence - 1, ..Decoded::default() };
         let mut builders: HashMap<String, TableBuilder> = HashMap::new();
         let mut order: Vec<String> = Vec::new();
-        for record in records {
+        let mut early: HashMap<String, Vec<arrow::record_batch::RecordBatch>> = HashMap::new();
+        for mut record in records {
             let table = self.table_for(&record.meta);
+            if let Payload::Decoded(pre) = record.payload {
+                // Taken as the edge decoded it only if the serial decode would give the same.
+                let version = self.edge.as_ref().map(|(_, v)| *v);
+                let fresh = builders.get(&table).is_none_or(|b| b.rows == 0 && b.changes.is_empty());
+                if Some(pre.version) == version && pre.table == table && fresh {
+                    self.builder(&table, &mut builders, &mut order);
+                    pre.rejects_into(&mut out.rejects, out.last_sequence);
+                    out.events += pre.events;
+                    out.last_sequence += pre.events as i64;
+                    out.record_ends.push(out.last_sequence);
+                    if pre.batch.num_rows() > 0 {
+                        early.entry(table).or_default().push(pre.batch);
+                    }
+                    continue;
+                }
+                record.payload = pre.into_body();
+            }
             // Raw payloads are parsed one event at a time: a body of millions of events is
             // never held as values all at once.
             let events: Box<dyn Iterator<Item = Event>> = match record.payload {
@@ -174,7 +215,11 @@ impl Decoder {
                     Payload::Json(other) => {
                         out.rejects.push(ctx.reject(None, None, other.to_string(), "expected a JSON object"));
                     }
-                    Payload::Bytes(_) | Payload::Body(_) | Payload::Events(_) | Payload::Copy(_) => {
+                    Payload::Bytes(_)
+                    | Payload::Body(_)
+                    | Payload::Events(_)
+                    | Payload::Copy(_)
+                    | Payload::Decoded(_) => {
                         return Err(Error::new(ErrorKind::Fatal, "nested raw payload"));
                     }
                 }
@@ -188,6 +233,10 @@ impl Decoder {
             for reject in empty {
                 out.rejects.push(reject);
             }
+            let write = match early.remove(&table) {
+                Some(batches) => Some(edge::joined(&table, batches, write, &schema)?),
+                None => write,
+            };
             pending.schemas.push((table, schema));
             if let Some(write) = write {
                 out.rows += write.data.num_rows() as u64;
@@ -214,8 +263,14 @@ impl Decoder {
 
     /// The write that produced `pending` is durable: its schemas are now the tables' schemas.
     pub fn commit(&mut self, pending: Pending) {
+        let mut moved = false;
         for (table, schema) in pending.schemas {
+            moved |= self.schemas.get(&table).is_none_or(|known| !known.same_as(&schema));
             self.schemas.insert(table, schema);
+        }
+        if moved && let Some((edge, _)) = &self.edge {
+            let version = edge.publish(self);
+            self.edge = self.edge.take().map(|(edge, _)| (edge, version));
         }
     }
 }

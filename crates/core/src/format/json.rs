@@ -334,9 +334,12 @@ mod tests {
             .map(|p| match p {
                 Payload::Json(_) => "ok",
                 Payload::Invalid { .. } => "bad",
-                Payload::Bytes(_) | Payload::Body(_) | Payload::Events(_) | Payload::Copy(_) | Payload::Change(_) => {
-                    "other"
-                }
+                Payload::Bytes(_)
+                | Payload::Body(_)
+                | Payload::Events(_)
+                | Payload::Copy(_)
+                | Payload::Change(_)
+                | Payload::Decoded(_) => "other",
             })
             .collect()
     }

@@ -77,6 +77,11 @@ impl TableSchema {
         i
     }
 
+    /// The same columns, and the same existence.
+    pub fn same_as(&self, other: &Self) -> bool {
+        self.exists == other.exists && self.columns == other.columns
+    }
+
     /// Change a column's type.
     pub fn set_type(&mut self, i: usize, ty: ColumnType) {
         self.columns[i].ty = ty;

@@ -167,7 +167,7 @@ pub async fn push(
         (Payload::Events(events), summary)
     } else {
         let summary = check_body(&content).map_err(bad_body)?;
-        (Payload::Body(content), summary)
+        (Payload::Body(content.clone()), summary)
     };
     if summary.invalid > handle.max_invalid_events {
         return Err(ApiError::new(
@@ -188,8 +188,14 @@ pub async fn push(
         Some(Err(_)) => return Err(ApiError::new(StatusCode::BAD_REQUEST, "Message-Key must be visible ASCII text")),
     };
     let answer = json!({ "accepted": summary.events - summary.invalid, "rejected": summary.invalid });
+    let meta = RecordMeta { received_us: now_us(), key: message_key, ..RecordMeta::default() };
+    // Decoded into columns here, on this request's task, when the stream's schemas allow it.
+    let payload = match payload {
+        Payload::Events(events) => handle.edge.decode(events, &meta, content),
+        other => other,
+    };
     let Some(key) = idempotency_key(&headers)? else {
-        let report = store(handle, payload, bytes, message_key, None, arrived).await?;
+        let report = store(handle, payload, bytes, meta, arrived).await?;
         return Ok(accepted(outcome(&report, query.details), false));
     };
     match handle.keys.claim(&key) {
@@ -210,7 +216,8 @@ pub async fn push(
     // The answer kept with the key is the one the edge can give before the write: a retry of a
     // stored push gets the counts of events that are not objects, not the decoder's.
     let record = IdempotencyKey { key: key.clone(), answer: answer.to_string() };
-    let stored = store(handle, payload, bytes, message_key, Some(record), arrived).await;
+    let meta = RecordMeta { idempotency: Some(record), ..meta };
+    let stored = store(handle, payload, bytes, meta, arrived).await;
     handle.keys.settle(&key, stored.is_ok().then(|| answer.to_string()));
     Ok(accepted(outcome(&stored?, query.details), false))
 }
@@ -245,11 +252,9 @@ async fn store(
     handle: &PushHandle,
     payload: Payload,
     bytes: usize,
-    key: Option<String>,
-    idempotency: Option<IdempotencyKey>,
+    meta: RecordMeta,
     arrived: Instant,
 ) -> Result<ChunkReport, ApiError> {
-    let meta = RecordMeta { received_us: now_us(), idempotency, key, ..RecordMeta::default() };
     let record = Record { payload, meta };
     handle.push(vec![record], bytes, arrived).await.map_err(|e| match e {
         PushError::Unavailable => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).with_retry_after(1),

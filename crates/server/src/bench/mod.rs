@@ -49,6 +49,9 @@ pub struct BenchArgs {
     /// The stream's `stage` (JSON), with `--destination`: a staged bulk load.
     #[arg(long)]
     pub stage: Option<String>,
+    /// The stream's `flush` (JSON, as in a stream's config), to compare batching rules.
+    #[arg(long)]
+    pub flush: Option<String>,
     /// Clients watching the stream's live feed (`/api/streams/bench/feed`) during both runs,
     /// to measure what watching costs the pipeline (compare with a run without).
     #[arg(long, default_value_t = 0)]
@@ -128,6 +131,9 @@ async fn bench(args: &BenchArgs, dir: &Path) -> Result<Report, String> {
         }
         if let Some(t) = &transform {
             config["transform"] = t.clone();
+        }
+        if let Some(flush) = &args.flush {
+            config["flush"] = serde_json::from_str(flush).map_err(|e| format!("--flush: {e}"))?;
         }
         let body = server.create(&http, config).await?;
         body["push_key"].as_str().map(str::to_string).ok_or_else(|| format!("create failed: {body}"))?
