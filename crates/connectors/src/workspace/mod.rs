@@ -110,7 +110,9 @@ impl Workspace {
         // checkpoint holds up commits for as long as it runs. Measured with `sluice bench`:
         // 16 MB checkpoints so often that pushes queue (p99 760 ms at 50k events/s); 256 MB
         // stalls for seconds at a time (p99 3.5 s); 64 MB gave p99 435 ms and the best rate.
-        conn.execute_batch(&format!("SET wal_autocheckpoint = '{WAL_CHECKPOINT}'")).map_err(db_error)?;
+        let wal = std::env::var("SLUICE_WAL_CHECKPOINT").unwrap_or_else(|_| WAL_CHECKPOINT.to_string());
+        conn.execute_batch(&format!("SET wal_autocheckpoint = '{}'", wal.replace('\'', "")))
+            .map_err(|e| Error::new(ErrorKind::Config, format!("SLUICE_WAL_CHECKPOINT: {e}")))?;
         // DuckDB keeps pages it has read or written cached up to its memory limit, 80% of the
         // machine's RAM by default: a server taking pushes would grow towards that. The limit
         // bounds the cache and query work (beyond it DuckDB spills to its temp folder or fails

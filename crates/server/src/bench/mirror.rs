@@ -30,6 +30,9 @@ pub struct MirrorBenchArgs {
     /// final state is then checked by the destination's own tests, not here).
     #[arg(long)]
     pub destination: Option<String>,
+    /// The stream's `flush` (JSON, as in a stream's config), to compare batching rules.
+    #[arg(long)]
+    pub flush: Option<String>,
 }
 
 /// Changes per client (as Debezium events) and the expected final rows (key → version).
@@ -84,6 +87,9 @@ pub async fn run(args: MirrorBenchArgs) -> Result<(), String> {
     if let Some(destination) = &args.destination {
         config["destination"] =
             serde_json::from_str(destination).map_err(|e| format!("--destination is not JSON: {e}"))?;
+    }
+    if let Some(flush) = &args.flush {
+        config["flush"] = serde_json::from_str(flush).map_err(|e| format!("--flush is not JSON: {e}"))?;
     }
     let created = server.create(&http, config).await?;
     let key = created["push_key"].as_str().ok_or("no push key")?.to_string();
