@@ -14,8 +14,8 @@ use arrow::array::{ArrayRef, RecordBatch, new_null_array};
 use arrow::datatypes::SchemaRef;
 
 use super::{Decoder, Pending};
-use crate::batch::{Payload, Record, RecordMeta};
-use crate::format::json::Event;
+use crate::batch::{Payload, RecordMeta};
+use crate::format::json::{BodyError, BodySummary};
 use crate::rejects::Rejects;
 
 /// A body decoded at the edge, and the body itself should the stream decode it again.
@@ -71,37 +71,42 @@ impl Edge {
         version
     }
 
-    /// Decode one body's events for the stream, or hand the body over as it is when the edge
-    /// cannot decode it (nothing published, or the body changes the table's schema).
-    pub fn decode(&self, events: Vec<Event>, meta: &RecordMeta, raw: bytes::Bytes) -> Payload {
-        let shared = self.current.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let Some(shared) = shared else { return Payload::Body(raw) };
+    /// Decode a push body for the stream, and count its events as the edge answers them: the
+    /// body as columns, or as it is when the edge cannot take it (the body changes the table's
+    /// schema). `None` when nothing is published: the stream decodes every body itself.
+    pub fn decode_body(
+        &self,
+        body: &bytes::Bytes,
+        meta: &RecordMeta,
+    ) -> Option<Result<(Payload, BodySummary), BodyError>> {
+        let shared = self.current.read().unwrap_or_else(|e| e.into_inner()).clone()?;
         let table = shared.decoder.table_for(meta);
-        // A table with no columns yet takes its first ones from the stream's decoder.
-        if shared.decoder.schemas.get(&table).is_none_or(|s| s.columns().is_empty() || !s.exists()) {
-            return Payload::Body(raw);
-        }
-        let record = Record { payload: Payload::Events(events), meta: meta.clone() };
-        let Ok((mut decoded, Pending { .. })) = shared.decoder.decode(vec![record], 1) else {
-            return Payload::Body(raw);
+        let (decoded, summary) = match shared.decoder.decode_body(body, meta, 1) {
+            Ok(done) => done,
+            Err(e) => return Some(Err(e)),
         };
+        // A table with no columns yet takes its first ones from the stream's decoder.
+        let ready = shared.decoder.schemas.get(&table).is_some_and(|s| !s.columns().is_empty() && s.exists());
+        let as_is = Some(Ok((Payload::Body(body.clone()), summary)));
+        let Ok((mut decoded, Pending { .. })) = decoded else { return as_is };
         let unchanged = decoded.tables.iter().all(|t| t.changes.is_empty() && t.table == table);
-        if !unchanged || decoded.tables.len() > 1 || decoded.filtered > 0 {
-            return Payload::Body(raw);
+        if !ready || !unchanged || decoded.tables.len() > 1 {
+            return as_is;
         }
         let batch = match decoded.tables.pop() {
             Some(write) => write.data,
             None => RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty())),
         };
         let rejects = std::mem::take(&mut decoded.rejects).iter().collect();
-        Payload::Decoded(Box::new(Predecoded {
+        let predecoded = Predecoded {
             version: shared.version,
             table,
             batch,
             rejects: Arc::new(rejects),
             events: decoded.events,
-            raw,
-        }))
+            raw: body.clone(),
+        };
+        Some(Ok((Payload::Decoded(Box::new(predecoded)), summary)))
     }
 }
 

@@ -5,6 +5,7 @@
 //! (two underscores), down to [`MAX_DEPTH`] levels; arrays, and objects below that depth, are
 //! kept as JSON text in a `JSON` column.
 
+mod body;
 pub mod change;
 mod column;
 mod copy;
@@ -43,6 +44,8 @@ pub const MAX_DEPTH: usize = 4;
 pub const MAX_COLUMNS: usize = 2000;
 /// Separator between a parent and a child field in a flattened column name.
 pub const SEPARATOR: &str = "__";
+/// The ledger's reason for a field an object names twice.
+const DUPLICATE_NAME: &str = "duplicate field name in one object: the later value was kept";
 /// What one decode produced.
 #[derive(Debug, Default)]
 pub struct Decoded {
@@ -168,7 +171,7 @@ impl Decoder {
                 let seq = out.last_sequence;
                 let ctx = Ctx { table: &table, meta: &record.meta, seq };
                 for (field, earlier) in duplicates {
-                    let reason = "duplicate field name in one object: the later value was kept";
+                    let reason = DUPLICATE_NAME;
                     let value = match &self.transform {
                         Some(t) => t.mapping.ledger_value(&field, &earlier),
                         None => earlier.to_string(),
@@ -455,8 +458,19 @@ impl TableBuilder {
     }
 
     fn store(&mut self, ctx: &Ctx, i: usize, value: Fit<'_>, raw: Option<&Value>, rejects: &mut Rejects) {
+        self.store_with(ctx, i, value, || raw.map_or_else(String::new, Value::to_string), rejects);
+    }
+
+    /// Store a fitted value; `original` gives its JSON text for a ledger row.
+    fn store_with(
+        &mut self,
+        ctx: &Ctx,
+        i: usize,
+        value: Fit<'_>,
+        original: impl Fn() -> String,
+        rejects: &mut Rejects,
+    ) {
         let column = &self.schema.columns()[i];
-        let original = || raw.map_or_else(String::new, Value::to_string);
         if self.columns[i].len() > self.rows {
             rejects.push(self.value_reject(
                 ctx,

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::batch::Payload;
 
+pub mod raw;
 mod visitors;
 use visitors::{ArrayShape, Shape, ValueSeed};
 
@@ -144,22 +145,42 @@ impl Iterator for BodyEvents {
     type Item = Event;
 
     fn next(&mut self) -> Option<Event> {
+        match self.next_span()? {
+            Span::Text(range, line) => Some(parse_event(&self.body[range], line)),
+            Span::Broken(event) => Some(event),
+        }
+    }
+}
+
+/// Where a body's next event is: its text (and its NDJSON line, for a reason), or an event
+/// already found broken.
+pub(crate) enum Span {
+    Text(std::ops::Range<usize>, Option<usize>),
+    Broken(Event),
+}
+
+impl BodyEvents {
+    /// Whether the body is one array of events.
+    pub(crate) fn is_array(&self) -> bool {
+        self.layout == Layout::Array
+    }
+
+    /// The next event's place in the body.
+    pub(crate) fn next_span(&mut self) -> Option<Span> {
         if self.done {
             return None;
         }
         match self.layout {
             Layout::Single => {
                 self.done = true;
-                Some(parse_event(&self.body, "not JSON: "))
+                Some(Span::Text(0..self.body.len(), None))
             }
             Layout::Array => self.next_element(),
             Layout::Lines => self.next_line(),
         }
     }
-}
 
-impl BodyEvents {
-    fn next_element(&mut self) -> Option<Event> {
+    fn next_element(&mut self) -> Option<Span> {
         let body = &self.body[..];
         while self.pos < body.len() && (body[self.pos].is_ascii_whitespace() || body[self.pos] == b',') {
             self.pos += 1;
@@ -172,9 +193,11 @@ impl BodyEvents {
             serde_json::Deserializer::from_slice(&body[self.pos..]).into_iter::<&serde_json::value::RawValue>();
         match stream.next() {
             Some(Ok(raw)) => {
-                let event = parse_event(raw.get().as_bytes(), "not JSON: ");
+                // The element's text is the raw value's, which borrows the body.
+                let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
+                let span = Span::Text(start..start + raw.get().len(), None);
                 self.pos += stream.byte_offset();
-                Some(event)
+                Some(span)
             }
             other => {
                 // A checked body never gets here; an unchecked one stops at its first fault.
@@ -183,12 +206,12 @@ impl BodyEvents {
                     Some(Err(e)) => format!("not JSON: {e}"),
                     _ => "not JSON: unexpected end".into(),
                 };
-                Some(invalid(String::from_utf8_lossy(&body[self.pos..]).into_owned(), reason))
+                Some(Span::Broken(invalid(String::from_utf8_lossy(&body[self.pos..]).into_owned(), reason)))
             }
         }
     }
 
-    fn next_line(&mut self) -> Option<Event> {
+    fn next_line(&mut self) -> Option<Span> {
         loop {
             let body = &self.body[..];
             if self.pos >= body.len() {
@@ -197,10 +220,11 @@ impl BodyEvents {
             }
             let end = body[self.pos..].iter().position(|b| *b == b'\n').map_or(body.len(), |i| self.pos + i);
             let line = body[self.pos..end].trim_ascii();
+            let start = line.as_ptr() as usize - body.as_ptr() as usize;
             self.pos = end + 1;
             self.line += 1;
             if !line.is_empty() {
-                return Some(parse_event(line, &format!("line {}: not JSON: ", self.line)));
+                return Some(Span::Text(start..start + line.len(), Some(self.line)));
             }
         }
     }
@@ -210,8 +234,18 @@ fn invalid(raw: String, reason: String) -> Event {
     Event { payload: Payload::Invalid { raw, reason }, duplicates: Vec::new() }
 }
 
-/// Parse one event's text; `not_json` prefixes the reason when it is not JSON.
-fn parse_event(text: &[u8], not_json: &str) -> Event {
+/// Why an event's text is not JSON, with its NDJSON line when it has one.
+pub(crate) fn not_json(line: Option<usize>, e: &serde_json::Error) -> String {
+    let reason = e.to_string();
+    let reason = reason.split(" at line ").next().unwrap_or(&reason);
+    match line {
+        Some(line) => format!("line {line}: not JSON: {reason}"),
+        None => format!("not JSON: {reason}"),
+    }
+}
+
+/// Parse one event's text (NDJSON line `line`, if it is one).
+fn parse_event(text: &[u8], line: Option<usize>) -> Event {
     let mut duplicates = Vec::new();
     let mut de = serde_json::Deserializer::from_slice(text);
     let mut path = String::new();
@@ -221,11 +255,7 @@ fn parse_event(text: &[u8], not_json: &str) -> Event {
     });
     match parsed {
         Ok(value) => Event { payload: event_or_invalid(value), duplicates },
-        Err(e) => {
-            let reason = e.to_string();
-            let reason = reason.split(" at line ").next().unwrap_or(&reason);
-            invalid(String::from_utf8_lossy(text).into_owned(), format!("{not_json}{reason}"))
-        }
+        Err(e) => invalid(String::from_utf8_lossy(text).into_owned(), not_json(line, &e)),
     }
 }
 
@@ -302,18 +332,21 @@ pub fn split_body(body: &[u8]) -> Result<Vec<Payload>, BodyError> {
 fn event_or_invalid(value: Value) -> Payload {
     match value {
         Value::Object(_) => Payload::Json(value),
-        other => {
-            let raw = other.to_string();
-            let what = match other {
-                Value::Array(_) => "an array",
-                Value::String(_) => "a string",
-                Value::Number(_) => "a number",
-                Value::Bool(_) => "a boolean",
-                _ => "null",
-            };
-            Payload::Invalid { raw, reason: format!("expected a JSON object, got {what}") }
-        }
+        other => Payload::Invalid { raw: other.to_string(), reason: not_an_object(&other) },
     }
+}
+
+/// Why a value that is not an object is not an event.
+pub(crate) fn not_an_object(value: &Value) -> String {
+    let what = match value {
+        Value::Object(_) => "an object",
+        Value::Array(_) => "an array",
+        Value::String(_) => "a string",
+        Value::Number(_) => "a number",
+        Value::Bool(_) => "a boolean",
+        Value::Null => "null",
+    };
+    format!("expected a JSON object, got {what}")
 }
 
 /// Turn a serde_json error on `text` (which starts at `base` in the body) into a located error.

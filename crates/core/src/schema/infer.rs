@@ -51,12 +51,40 @@ pub fn kind_of(value: &Value) -> ValueKind {
         Value::Bool(_) => ValueKind::Bool,
         Value::Number(n) if n.is_i64() => ValueKind::Int,
         Value::Number(_) => ValueKind::Float,
-        Value::String(s) if parse_timestamp(s).is_some() => ValueKind::Timestamp,
-        Value::String(s) if parse_date(s).is_some() => ValueKind::Date,
-        Value::String(_) => ValueKind::Text,
+        Value::String(s) => kind_of_text(s),
         Value::Array(_) | Value::Object(_) => ValueKind::Nested,
     }
 }
+
+/// Classify a string value.
+pub fn kind_of_text(s: &str) -> ValueKind {
+    if parse_timestamp(s).is_some() {
+        ValueKind::Timestamp
+    } else if parse_date(s).is_some() {
+        ValueKind::Date
+    } else {
+        ValueKind::Text
+    }
+}
+
+/// How a string value goes into a TIMESTAMPTZ or DATE column (the columns strings are inferred
+/// as besides VARCHAR), as [`fit`] decides it.
+pub fn fit_instant(ty: ColumnType, s: &str) -> Option<Fit<'static>> {
+    match ty {
+        ColumnType::Timestamptz => Some(match parse_timestamp(s) {
+            Some(us) => Fit::Micros(us),
+            None => Fit::Misfit(NOT_RFC3339),
+        }),
+        ColumnType::Date => Some(match parse_date(s) {
+            Some(days) => Fit::Days(days),
+            None => Fit::Misfit(NOT_DATE),
+        }),
+        _ => None,
+    }
+}
+
+const NOT_RFC3339: &str = "not an RFC 3339 timestamp";
+const NOT_DATE: &str = "not a YYYY-MM-DD date";
 
 /// How a value goes into a column of a given type.
 #[derive(Debug, Clone, PartialEq)]
@@ -112,14 +140,9 @@ pub fn fit(ty: ColumnType, value: &Value) -> Fit<'_> {
         (ColumnType::Varchar, Value::Bool(_) | Value::Number(_)) => Fit::Text(Cow::Owned(value.to_string())),
         (ColumnType::Varchar, Value::Array(_) | Value::Object(_)) => Fit::Text(Cow::Owned(value.to_string())),
         (ColumnType::Json, _) => Fit::Text(Cow::Owned(value.to_string())),
-        (ColumnType::Timestamptz, Value::String(s)) => match parse_timestamp(s) {
-            Some(us) => Fit::Micros(us),
-            None => Fit::Misfit("not an RFC 3339 timestamp"),
-        },
-        (ColumnType::Date, Value::String(s)) => match parse_date(s) {
-            Some(days) => Fit::Days(days),
-            None => Fit::Misfit("not a YYYY-MM-DD date"),
-        },
+        (ColumnType::Timestamptz | ColumnType::Date, Value::String(s)) => {
+            fit_instant(ty, s).unwrap_or(Fit::Misfit(NOT_RFC3339))
+        }
         (ColumnType::Decimal(precision, scale), Value::Number(n)) => decimal(&n.to_string(), precision, scale),
         (ColumnType::Decimal(precision, scale), Value::String(s)) => decimal(s, precision, scale),
         (ColumnType::Decimal(..), _) => Fit::Misfit("not a decimal number"),

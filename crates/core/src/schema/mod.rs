@@ -3,7 +3,7 @@
 mod infer;
 mod table;
 
-pub use infer::{Fit, ValueKind, fit, fit_text, kind_of, list_items};
+pub use infer::{Fit, ValueKind, fit, fit_instant, fit_text, kind_of, kind_of_text, list_items};
 pub use table::{Column, SchemaChange, TableSchema};
 
 use arrow::datatypes::{DataType, TimeUnit};

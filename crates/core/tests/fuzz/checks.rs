@@ -74,6 +74,41 @@ pub fn body(data: &[u8]) {
         }
     }
     message(data);
+    for schemas in [HashMap::new(), known_columns()] {
+        from_bytes(&bytes, schemas);
+    }
+}
+
+/// A table that exists with a few columns, so values can misfit, widen and add columns.
+fn known_columns() -> HashMap<String, sluice_core::TableSchema> {
+    let columns = [("a", ColumnType::Bigint), ("b", ColumnType::Varchar), ("c", ColumnType::Timestamptz)]
+        .map(|(name, ty)| sluice_core::schema::Column { name: name.into(), ty });
+    HashMap::from([("t".to_string(), sluice_core::TableSchema::existing(columns.to_vec()))])
+}
+
+/// A body decoded from its bytes (the push edge's path) gives what decoding its parsed events
+/// gives: the same answer, rows, schema changes and ledger rows.
+fn from_bytes(bytes: &bytes::Bytes, schemas: HashMap<String, sluice_core::TableSchema>) {
+    let metadata = MetadataConfig { received_at: true, key: true, ..MetadataConfig::default() };
+    let decoder = Decoder::new("t".into(), metadata, schemas);
+    let meta = RecordMeta { key: Some("k".into()), received_us: 1_700_000_000_000_000, ..RecordMeta::default() };
+    let direct = decoder.decode_body(bytes, &meta, 100);
+    let (events, (direct, _)) = match (parse_body(bytes), direct) {
+        (Err(a), Err(b)) => return assert_eq!(a, b, "the two paths refuse the body differently"),
+        (Ok((events, summary)), Ok((direct, direct_summary))) => {
+            assert_eq!(summary, direct_summary, "the two paths count the body differently");
+            (events, direct.expect("decode from bytes"))
+        }
+        (a, b) => panic!("parse_body {:?} but decode_body {:?}", a.map(|(_, s)| s), b.map(|(_, s)| s)),
+    };
+    let record = Record { payload: Payload::Events(events), meta };
+    let (parsed, _) = decoder.decode(vec![record], 100).expect("decode of parsed events");
+    assert_eq!(format!("{:?}", direct.tables), format!("{:?}", parsed.tables), "rows or schema changes differ");
+    assert_eq!(direct.rejects.iter().collect::<Vec<_>>(), parsed.rejects.iter().collect::<Vec<_>>());
+    assert_eq!(
+        (direct.events, direct.rows, direct.last_sequence, &direct.record_ends),
+        (parsed.events, parsed.rows, parsed.last_sequence, &parsed.record_ends)
+    );
 }
 
 /// One message (Kafka, Kinesis): an object, or an array whose elements are events.

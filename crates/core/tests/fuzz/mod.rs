@@ -44,6 +44,18 @@ fn corpus_body() {
     replay("body", checks::body);
 }
 
+/// Objects wide enough that a name given twice is found through an index, not a scan.
+#[test]
+fn wide_objects_with_names_given_twice() {
+    let mut fields: Vec<String> = (0..40).map(|i| format!("\"f{i}\": {i}")).collect();
+    fields.push("\"f35\": \"again\"".into());
+    fields.push("\"f2\": 2.5".into());
+    fields.push("\"n\": {\"x\": 1, \"x\": [1]}".into());
+    let object = format!("{{{}}}", fields.join(", "));
+    checks::body(format!("{object}\n{object}\n").as_bytes());
+    checks::body(format!("[{object}, {object}]").as_bytes());
+}
+
 #[test]
 fn corpus_decoder() {
     replay("decoder", checks::decoder);

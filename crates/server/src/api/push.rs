@@ -159,15 +159,29 @@ pub async fn push(
             .with_details(json!({ "line": e.line, "column": e.column, "byte": e.byte }))
     };
     let bytes = content.len();
-    // A small body is split into events here, in one pass on this request's task, so parsing
-    // runs on every core; a large one is checked without building it and parsed by the stream
-    // one event at a time, so it is never held as values all at once.
+    // The message key of every event of the body (a Debezium key, for one event), as Kafka
+    // would carry it.
+    let message_key = match headers.get("message-key").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(key)) => Some(key.to_string()),
+        Some(Err(_)) => return Err(ApiError::new(StatusCode::BAD_REQUEST, "Message-Key must be visible ASCII text")),
+    };
+    let meta = RecordMeta { received_us: now_us(), key: message_key, ..RecordMeta::default() };
+    // A small body is decoded here, on this request's task, so decoding runs on every core:
+    // into columns when the stream's schemas allow it, else split into events; a large one is
+    // checked without building it and parsed by the stream one event at a time, so it is never
+    // held as values all at once.
     let (payload, summary) = if bytes <= EAGER_PARSE_BYTES {
-        let (events, summary) = parse_body(&content).map_err(bad_body)?;
-        (Payload::Events(events), summary)
+        match handle.edge.decode_body(&content, &meta) {
+            Some(decoded) => decoded.map_err(bad_body)?,
+            None => {
+                let (events, summary) = parse_body(&content).map_err(bad_body)?;
+                (Payload::Events(events), summary)
+            }
+        }
     } else {
         let summary = check_body(&content).map_err(bad_body)?;
-        (Payload::Body(content.clone()), summary)
+        (Payload::Body(content), summary)
     };
     if summary.invalid > handle.max_invalid_events {
         return Err(ApiError::new(
@@ -180,20 +194,7 @@ pub async fn push(
         )
         .with_details(json!({ "events": summary.events, "invalid": summary.invalid })));
     }
-    // The message key of every event of the body (a Debezium key, for one event), as Kafka
-    // would carry it.
-    let message_key = match headers.get("message-key").map(|v| v.to_str()) {
-        None => None,
-        Some(Ok(key)) => Some(key.to_string()),
-        Some(Err(_)) => return Err(ApiError::new(StatusCode::BAD_REQUEST, "Message-Key must be visible ASCII text")),
-    };
     let answer = json!({ "accepted": summary.events - summary.invalid, "rejected": summary.invalid });
-    let meta = RecordMeta { received_us: now_us(), key: message_key, ..RecordMeta::default() };
-    // Decoded into columns here, on this request's task, when the stream's schemas allow it.
-    let payload = match payload {
-        Payload::Events(events) => handle.edge.decode(events, &meta, content),
-        other => other,
-    };
     let Some(key) = idempotency_key(&headers)? else {
         let report = store(handle, payload, bytes, meta, arrived).await?;
         return Ok(accepted(outcome(&report, query.details), false));

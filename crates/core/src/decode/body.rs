@@ -1,0 +1,160 @@
+//! A push body decoded straight from its bytes, with no `serde_json::Value` per event: the
+//! edge's path ([`super::Edge`]). It gives what [`Decoder::decode`] gives for the same body
+//! (rows, schema changes, ledger rows), for a decoder without a transform, in append mode.
+
+use std::borrow::Cow;
+
+use super::{Ctx, DUPLICATE_NAME, Decoded, Decoder, MAX_COLUMNS, MAX_DEPTH, Pending, SEPARATOR, TableBuilder};
+use super::{MetadataConfig, bad_name, truncated};
+use crate::batch::RecordMeta;
+use crate::format::json::raw::{self, Raw};
+use crate::format::json::{BodyError, BodySummary, Span, body_events, check_body, not_an_object, not_json};
+use crate::rejects::Rejects;
+
+impl Decoder {
+    /// Decode `body` (an object, an array of objects or NDJSON), its first event numbered
+    /// `next_sequence`, and count its events as the HTTP edge answers them. A body that is not
+    /// JSON at all is a located [`BodyError`], as [`crate::format::json::parse_body`] says.
+    pub fn decode_body(
+        &self,
+        body: &bytes::Bytes,
+        meta: &RecordMeta,
+        next_sequence: i64,
+    ) -> Result<(crate::error::Result<(Decoded, Pending)>, BodySummary), BodyError> {
+        let mut events = body_events(body.clone());
+        if events.is_array() {
+            // An array that does not parse to its end is refused whole.
+            check_body(body)?;
+        }
+        let table = self.table_for(meta);
+        let mut out = Decoded { last_sequence: next_sequence - 1, ..Decoded::default() };
+        let mut summary = BodySummary::default();
+        let schema = self.schemas.get(&table).cloned().unwrap_or_default();
+        let mut builder = TableBuilder::new(schema);
+        while let Some(span) = events.next_span() {
+            out.events += 1;
+            out.last_sequence += 1;
+            summary.events += 1;
+            let ctx = Ctx { table: &table, meta, seq: out.last_sequence };
+            let (range, line) = match span {
+                Span::Text(range, line) => (range, line),
+                Span::Broken(event) => {
+                    summary.invalid += 1;
+                    if let crate::batch::Payload::Invalid { raw, reason } = event.payload {
+                        out.rejects.push(ctx.reject(None, None, raw, reason));
+                    }
+                    continue;
+                }
+            };
+            let text = &body[range];
+            match raw::parse(text) {
+                Ok(event) => {
+                    for (field, earlier) in event.duplicates {
+                        out.rejects.push(ctx.reject(Some(&field), None, earlier.to_string(), DUPLICATE_NAME));
+                    }
+                    match &event.value {
+                        Raw::Object(fields) => builder.push_raw_event(&ctx, &self.metadata, fields, &mut out.rejects),
+                        other => {
+                            summary.invalid += 1;
+                            let reason = not_an_object(&other.to_value());
+                            out.rejects.push(ctx.reject(None, None, other.to_json(), reason));
+                        }
+                    }
+                }
+                Err(e) => {
+                    summary.invalid += 1;
+                    let text = String::from_utf8_lossy(text).into_owned();
+                    out.rejects.push(ctx.reject(None, None, text, not_json(line, &e)));
+                }
+            }
+        }
+        out.record_ends.push(out.last_sequence);
+        if summary.invalid == summary.events && summary.invalid > 0 {
+            // Nothing parsed as an object: the body may not be JSON at all, which check_body tells.
+            check_body(body)?;
+        }
+        let finished = builder.finish(&table).map(|(write, schema, empty)| {
+            for reject in empty {
+                out.rejects.push(reject);
+            }
+            if let Some(write) = write {
+                out.rows += write.data.num_rows() as u64;
+                out.tables.push(write);
+            }
+            (out, Pending { schemas: vec![(table.clone(), schema)] })
+        });
+        Ok((finished, summary))
+    }
+}
+
+impl TableBuilder {
+    fn push_raw_event(
+        &mut self,
+        ctx: &Ctx,
+        metadata: &MetadataConfig,
+        fields: &[(Cow<'_, str>, Raw<'_>)],
+        rejects: &mut Rejects,
+    ) {
+        self.keep_row(ctx);
+        self.push_metadata(ctx, metadata, rejects);
+        self.path.clear();
+        self.walk_raw(ctx, fields, 0, rejects);
+        // Still no column at all: this event had nothing to store (and no metadata is on).
+        if self.schema.columns().is_empty() {
+            self.empty_rows.push((ctx.seq, ctx.meta.clone()));
+        }
+        self.rows += 1;
+    }
+
+    /// [`TableBuilder::walk`] over a raw object (no declared types, no masks: no transform).
+    fn walk_raw(&mut self, ctx: &Ctx, fields: &[(Cow<'_, str>, Raw<'_>)], depth: usize, rejects: &mut Rejects) {
+        for (key, value) in fields {
+            let mark = self.path.len();
+            if depth > 0 {
+                self.path.push_str(SEPARATOR);
+            }
+            self.path.push_str(key);
+            if let Some(reason) = bad_name(key, &self.path) {
+                let column = truncated(&self.path);
+                rejects.push(ctx.reject(Some(column), None, value.to_json(), reason));
+                self.path.truncate(mark);
+                continue;
+            }
+            match value {
+                Raw::Object(inner) if depth + 1 < MAX_DEPTH && !inner.is_empty() => {
+                    self.walk_raw(ctx, inner, depth + 1, rejects);
+                }
+                _ if self.path.is_empty() => {
+                    let reason = "field name is empty; SQL has no empty column name";
+                    rejects.push(ctx.reject(None, None, value.to_json(), reason));
+                }
+                _ => {
+                    let path = std::mem::take(&mut self.path);
+                    self.put_raw(ctx, &path, value, rejects);
+                    self.path = path;
+                }
+            }
+            self.path.truncate(mark);
+        }
+    }
+
+    /// [`TableBuilder::put`] of a raw value.
+    fn put_raw(&mut self, ctx: &Ctx, name: &str, value: &Raw<'_>, rejects: &mut Rejects) {
+        let i = match self.schema.find(name) {
+            Some(i) => i,
+            None => match value.kind().column_type() {
+                Some(_) if self.schema.columns().len() >= MAX_COLUMNS => {
+                    let reason = format!("the table already has the maximum of {MAX_COLUMNS} columns");
+                    rejects.push(ctx.reject(Some(name), None, value.to_json(), reason));
+                    return;
+                }
+                Some(ty) => self.column(name, ty),
+                // A field seen only as null gets its column once a typed value arrives.
+                None => return,
+            },
+        };
+        let ty = self.schema.columns()[i].ty;
+        let fitted = value.fit(ty);
+        self.store_with(ctx, i, fitted, || value.to_json(), rejects);
+    }
+}
