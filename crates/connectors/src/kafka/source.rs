@@ -117,6 +117,31 @@ impl Source for KafkaSource {
     }
 
     async fn close(&mut self) {
+        // Leaving gracefully hands the partitions over at the offsets stored with the rows: the
+        // group gets them synchronously first, not behind an asynchronous commit the leave may
+        // overtake (under load that left another member re-reading what was stored here).
+        // Only partitions still assigned here: another member may have moved the others on.
+        let durable = self.shared.durable.lock().map(|d| d.clone()).unwrap_or_default();
+        if !durable.is_empty() {
+            let consumer = self.consumer.clone();
+            let committed = tokio::task::spawn_blocking(move || {
+                let assigned = consumer.assignment()?;
+                let mut held = durable;
+                for (topic, partitions) in &mut held {
+                    partitions.retain(|p, _| assigned.find_partition(topic, *p).is_some());
+                }
+                held.retain(|_, partitions| !partitions.is_empty());
+                if held.is_empty() {
+                    return Ok(());
+                }
+                consumer.commit(&tpl_of(&held), CommitMode::Sync)
+            });
+            match tokio::time::timeout(Duration::from_secs(10), committed).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => tracing::warn!(error = %e, "Group offset commit on leaving failed."),
+                _ => tracing::warn!("Group offset commit on leaving did not finish in 10 s."),
+            }
+        }
         self.stop();
         // The thread unsubscribes (leaving the group) once it sees `stopping`; wait for it.
         if let Some(thread) = self.thread.take() {

@@ -1,6 +1,7 @@
 //! A push body decoded straight from its bytes, with no `serde_json::Value` per event: the
 //! edge's path ([`super::Edge`]). It gives what [`Decoder::decode`] gives for the same body
-//! (rows, schema changes, ledger rows), for a decoder without a transform, in append mode.
+//! (rows, schema changes, ledger rows), for a decoder without a transform, in append mode. The
+//! stream's own decoder takes the same path for raw messages (Kafka, Kinesis) and bodies.
 
 use std::borrow::Cow;
 
@@ -8,7 +9,7 @@ use super::{Ctx, DUPLICATE_NAME, Decoded, Decoder, MAX_COLUMNS, MAX_DEPTH, Pendi
 use super::{MetadataConfig, bad_name, truncated};
 use crate::batch::RecordMeta;
 use crate::format::json::raw::{self, Raw};
-use crate::format::json::{BodyError, BodySummary, Span, body_events, check_body, not_an_object, not_json};
+use crate::format::json::{BodyError, BodyEvents, BodySummary, Span, body_events, check_body, not_an_object, not_json};
 use crate::rejects::Rejects;
 
 impl Decoder {
@@ -21,53 +22,16 @@ impl Decoder {
         meta: &RecordMeta,
         next_sequence: i64,
     ) -> Result<(crate::error::Result<(Decoded, Pending)>, BodySummary), BodyError> {
-        let mut events = body_events(body.clone());
+        let events = body_events(body.clone());
         if events.is_array() {
             // An array that does not parse to its end is refused whole.
             check_body(body)?;
         }
         let table = self.table_for(meta);
         let mut out = Decoded { last_sequence: next_sequence - 1, ..Decoded::default() };
-        let mut summary = BodySummary::default();
         let schema = self.schemas.get(&table).cloned().unwrap_or_default();
         let mut builder = TableBuilder::new(schema);
-        while let Some(span) = events.next_span() {
-            out.events += 1;
-            out.last_sequence += 1;
-            summary.events += 1;
-            let ctx = Ctx { table: &table, meta, seq: out.last_sequence };
-            let (range, line) = match span {
-                Span::Text(range, line) => (range, line),
-                Span::Broken(event) => {
-                    summary.invalid += 1;
-                    if let crate::batch::Payload::Invalid { raw, reason } = event.payload {
-                        out.rejects.push(ctx.reject(None, None, raw, reason));
-                    }
-                    continue;
-                }
-            };
-            let text = &body[range];
-            match raw::parse(text) {
-                Ok(event) => {
-                    for (field, earlier) in event.duplicates {
-                        out.rejects.push(ctx.reject(Some(&field), None, earlier.to_string(), DUPLICATE_NAME));
-                    }
-                    match &event.value {
-                        Raw::Object(fields) => builder.push_raw_event(&ctx, &self.metadata, fields, &mut out.rejects),
-                        other => {
-                            summary.invalid += 1;
-                            let reason = not_an_object(&other.to_value());
-                            out.rejects.push(ctx.reject(None, None, other.to_json(), reason));
-                        }
-                    }
-                }
-                Err(e) => {
-                    summary.invalid += 1;
-                    let text = String::from_utf8_lossy(text).into_owned();
-                    out.rejects.push(ctx.reject(None, None, text, not_json(line, &e)));
-                }
-            }
-        }
+        let summary = raw_events(events, &Ctx { table: &table, meta, seq: 0 }, &self.metadata, &mut builder, &mut out);
         out.record_ends.push(out.last_sequence);
         if summary.invalid == summary.events && summary.invalid > 0 {
             // Nothing parsed as an object: the body may not be JSON at all, which check_body tells.
@@ -85,6 +49,62 @@ impl Decoder {
         });
         Ok((finished, summary))
     }
+
+    /// Whether events are decoded from their bytes, with no `Value` each: nothing acts on them
+    /// between the parser and the columns (no transform, append mode, plain JSON).
+    pub(super) fn decodes_bytes(&self) -> bool {
+        self.transform.is_none() && self.changes == super::ChangeConfig::default()
+    }
+}
+
+/// Decode each event of `events` into `builder`, for `at`'s table and record, numbering them
+/// on from `out.last_sequence`; what they were, as the HTTP edge counts them.
+pub(super) fn raw_events(
+    mut events: BodyEvents,
+    at: &Ctx,
+    metadata: &MetadataConfig,
+    builder: &mut TableBuilder,
+    out: &mut Decoded,
+) -> BodySummary {
+    let mut summary = BodySummary::default();
+    while let Some(span) = events.next_span() {
+        out.events += 1;
+        out.last_sequence += 1;
+        summary.events += 1;
+        let ctx = Ctx { table: at.table, meta: at.meta, seq: out.last_sequence };
+        let (range, line) = match span {
+            Span::Text(range, line) => (range, line),
+            Span::Broken(event) => {
+                summary.invalid += 1;
+                if let crate::batch::Payload::Invalid { raw, reason } = event.payload {
+                    out.rejects.push(ctx.reject(None, None, raw, reason));
+                }
+                continue;
+            }
+        };
+        let text = &events.body()[range];
+        match raw::parse(text) {
+            Ok(event) => {
+                for (field, earlier) in event.duplicates {
+                    out.rejects.push(ctx.reject(Some(&field), None, earlier.to_string(), DUPLICATE_NAME));
+                }
+                match &event.value {
+                    Raw::Object(fields) => builder.push_raw_event(&ctx, metadata, fields, &mut out.rejects),
+                    other => {
+                        summary.invalid += 1;
+                        let reason = not_an_object(&other.to_value());
+                        out.rejects.push(ctx.reject(None, None, other.to_json(), reason));
+                    }
+                }
+            }
+            Err(e) => {
+                summary.invalid += 1;
+                let text = String::from_utf8_lossy(text).into_owned();
+                out.rejects.push(ctx.reject(None, None, text, not_json(line, &e)));
+            }
+        }
+    }
+    summary
 }
 
 impl TableBuilder {

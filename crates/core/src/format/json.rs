@@ -160,6 +160,11 @@ pub(crate) enum Span {
 }
 
 impl BodyEvents {
+    /// The body.
+    pub(crate) fn body(&self) -> &[u8] {
+        &self.body
+    }
+
     /// Whether the body is one array of events.
     pub(crate) fn is_array(&self) -> bool {
         self.layout == Layout::Array

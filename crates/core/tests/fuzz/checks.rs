@@ -101,8 +101,31 @@ fn from_bytes(bytes: &bytes::Bytes, schemas: HashMap<String, sluice_core::TableS
         }
         (a, b) => panic!("parse_body {:?} but decode_body {:?}", a.map(|(_, s)| s), b.map(|(_, s)| s)),
     };
-    let record = Record { payload: Payload::Events(events), meta };
+    let record = Record { payload: Payload::Events(events), meta: meta.clone() };
     let (parsed, _) = decoder.decode(vec![record], 100).expect("decode of parsed events");
+    let record = Record { payload: Payload::Body(bytes.clone()), meta };
+    let (streamed, _) = decoder.decode(vec![record], 100).expect("decode of the body by the stream");
+    same_decode(&direct, &parsed);
+    same_decode(&streamed, &parsed);
+}
+
+/// One message decoded from its bytes (Kafka, Kinesis) gives what decoding its parsed events
+/// gives, `_position` included.
+fn message_from_bytes(data: &[u8]) {
+    let metadata = MetadataConfig { received_at: true, key: true, position: true, ..MetadataConfig::default() };
+    for schemas in [HashMap::new(), known_columns()] {
+        let decoder = Decoder::new("t".into(), metadata.clone(), schemas);
+        let meta = RecordMeta { key: Some("k".into()), received_us: 1_700_000_000_000_000, ..RecordMeta::default() };
+        let raw = bytes::Bytes::copy_from_slice(data);
+        let events: Vec<_> = message_events(raw.clone()).collect();
+        let parsed = Record { payload: Payload::Events(events), meta: meta.clone() };
+        let (parsed, _) = decoder.decode(vec![parsed], 100).expect("decode of parsed events");
+        let (direct, _) = decoder.decode(vec![Record { payload: Payload::Bytes(raw), meta }], 100).expect("decode");
+        same_decode(&direct, &parsed);
+    }
+}
+
+fn same_decode(direct: &Decoded, parsed: &Decoded) {
     assert_eq!(format!("{:?}", direct.tables), format!("{:?}", parsed.tables), "rows or schema changes differ");
     assert_eq!(direct.rejects.iter().collect::<Vec<_>>(), parsed.rejects.iter().collect::<Vec<_>>());
     assert_eq!(
@@ -123,6 +146,7 @@ pub fn message(data: &[u8]) {
     let stopped = events.len() < expected && matches!(events.last(), Some(Payload::Invalid { .. }));
     assert!(events.len() == expected || stopped, "{} message events, {expected} expected", events.len());
     assert_eq!(decode_bytes(data).len(), events.len());
+    message_from_bytes(data);
 }
 
 /// The decoder, append or mirror: no panic, no error, and every event accounted for.
