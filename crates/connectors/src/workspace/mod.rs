@@ -122,7 +122,7 @@ impl Workspace {
             .map_err(|e| Error::new(ErrorKind::Config, format!("SLUICE_DUCKDB_MEMORY: {e}")))?;
         // A checkpoint holds up commits while it compresses the new rows; `uncompressed` made
         // it about half as long (p99 push→queryable 141 ms at 50k events/s over 60 s, against
-        // 500-560 ms), for tables about 8 times larger on disk. So it is a choice, not the default.
+        // 348-437 ms), for tables about 8 times larger on disk. So it is a choice, not the default.
         if let Ok(compression) = std::env::var("SLUICE_DUCKDB_COMPRESSION") {
             conn.execute_batch(&format!("SET force_compression = '{}'", compression.replace('\'', "")))
                 .map_err(|e| Error::new(ErrorKind::Config, format!("SLUICE_DUCKDB_COMPRESSION: {e}")))?;
