@@ -223,7 +223,7 @@ impl BodyEvents {
                 self.done = true;
                 return None;
             }
-            let end = body[self.pos..].iter().position(|b| *b == b'\n').map_or(body.len(), |i| self.pos + i);
+            let end = memchr::memchr(b'\n', &body[self.pos..]).map_or(body.len(), |i| self.pos + i);
             let line = body[self.pos..end].trim_ascii();
             let start = line.as_ptr() as usize - body.as_ptr() as usize;
             self.pos = end + 1;
