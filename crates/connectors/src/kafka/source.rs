@@ -130,6 +130,15 @@ impl Source for KafkaSource {
                 for (topic, partitions) in &mut held {
                     partitions.retain(|p, _| assigned.find_partition(topic, *p).is_some());
                 }
+                // Never behind the group: after a partition came back here, or on an idle stream,
+                // `durable` may trail what another member committed since.
+                let group = consumer.committed_offsets(tpl_of(&held), Duration::from_secs(5))?;
+                for (topic, partitions) in &mut held {
+                    partitions.retain(|p, offset| match group.find_partition(topic, *p).map(|e| e.offset()) {
+                        Some(rdkafka::Offset::Offset(at)) => *offset > at,
+                        _ => true,
+                    });
+                }
                 held.retain(|_, partitions| !partitions.is_empty());
                 if held.is_empty() {
                     return Ok(());

@@ -27,8 +27,9 @@ pub struct Predecoded {
     pub(super) table: String,
     /// Its rows, in the table's columns as of `version`.
     pub(super) batch: RecordBatch,
-    /// Ledger rows, with sequences counted from 1 within the body.
-    pub(super) rejects: Arc<Vec<crate::batch::Reject>>,
+    /// Ledger rows, with sequences counted from 1 within the body, kept as columns while the
+    /// body waits in the queue.
+    pub(super) rejects: Arc<Rejects>,
     /// Events in the body.
     pub(super) events: u64,
     /// The body, for a serial decode.
@@ -97,7 +98,7 @@ impl Edge {
             Some(write) => write.data,
             None => RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty())),
         };
-        let rejects = std::mem::take(&mut decoded.rejects).iter().collect();
+        let rejects = std::mem::take(&mut decoded.rejects);
         let predecoded = Predecoded {
             version: shared.version,
             table,
@@ -118,8 +119,7 @@ impl Predecoded {
 
     /// Add this body's ledger rows to `rejects`, its sequences following `before`.
     pub(super) fn rejects_into(&self, rejects: &mut Rejects, before: i64) {
-        for r in self.rejects.iter() {
-            let mut r = r.clone();
+        for mut r in self.rejects.iter() {
             r.sequence += before;
             rejects.push(r);
         }

@@ -90,9 +90,10 @@ fn known_columns() -> HashMap<String, sluice_core::TableSchema> {
 /// gives: the same answer, rows, schema changes and ledger rows.
 fn from_bytes(bytes: &bytes::Bytes, schemas: HashMap<String, sluice_core::TableSchema>) {
     let metadata = MetadataConfig { received_at: true, key: true, ..MetadataConfig::default() };
-    let decoder = Decoder::new("t".into(), metadata, schemas);
+    let decoder = Decoder::new("t".into(), metadata.clone(), schemas.clone());
     let meta = RecordMeta { key: Some("k".into()), received_us: 1_700_000_000_000_000, ..RecordMeta::default() };
     let direct = decoder.decode_body(bytes, &meta, 100);
+    taken_from_the_edge(bytes, &meta, metadata, schemas);
     let (events, (direct, _)) = match (parse_body(bytes), direct) {
         (Err(a), Err(b)) => return assert_eq!(a, b, "the two paths refuse the body differently"),
         (Ok((events, summary)), Ok((direct, direct_summary))) => {
@@ -107,6 +108,27 @@ fn from_bytes(bytes: &bytes::Bytes, schemas: HashMap<String, sluice_core::TableS
     let (streamed, _) = decoder.decode(vec![record], 100).expect("decode of the body by the stream");
     same_decode(&direct, &parsed);
     same_decode(&streamed, &parsed);
+}
+
+/// A batch the edge decoded, taken by the stream (once the table has the columns the body
+/// needs), gives what the stream's own decode of the body gives.
+fn taken_from_the_edge(
+    bytes: &bytes::Bytes,
+    meta: &RecordMeta,
+    metadata: MetadataConfig,
+    schemas: HashMap<String, sluice_core::TableSchema>,
+) {
+    let Ok((events, _)) = parse_body(bytes) else { return };
+    let edge = sluice_core::decode::Edge::new();
+    let mut stream = Decoder::new("t".into(), metadata, schemas).with_edge(Some(edge.clone()));
+    let first = Record { payload: Payload::Body(bytes.clone()), meta: meta.clone() };
+    let (_, pending) = stream.decode(vec![first], 1).expect("decode");
+    stream.commit(pending);
+    let Some(Ok((payload, _))) = edge.decode_body(bytes, meta) else { panic!("the edge refused a body it had taken") };
+    let (taken, _) = stream.decode(vec![Record { payload, meta: meta.clone() }], 100).expect("decode");
+    let parsed = Record { payload: Payload::Events(events), meta: meta.clone() };
+    let (expected, _) = stream.decode(vec![parsed], 100).expect("decode");
+    same_decode(&taken, &expected);
 }
 
 /// One message decoded from its bytes (Kafka, Kinesis) gives what decoding its parsed events
