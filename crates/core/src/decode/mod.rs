@@ -155,22 +155,22 @@ impl Decoder {
             // Raw payloads are parsed one event at a time: a body of millions of events is
             // never held as values all at once; with nothing between the parser and the
             // columns, straight from the bytes.
-            let direct = self.decodes_bytes();
-            let events: Box<dyn Iterator<Item = Event>> = match record.payload {
-                Payload::Bytes(raw) if direct => {
+            let direct = match record.payload {
+                Payload::Bytes(raw) if self.decodes_bytes() => Ok(message_events(raw)),
+                Payload::Body(raw) if self.decodes_bytes() => Ok(body_events(raw)),
+                other => Err(other),
+            };
+            let payload = match direct {
+                Ok(events) => {
                     let at = Ctx { table: &table, meta: &record.meta, seq: 0 };
                     let builder = self.builder(&table, &mut builders, &mut order);
-                    body::raw_events(message_events(raw), &at, &self.metadata, builder, &mut out);
+                    body::raw_events(events, &at, &self.metadata, builder, &mut out);
                     out.record_ends.push(out.last_sequence);
                     continue;
                 }
-                Payload::Body(raw) if direct => {
-                    let at = Ctx { table: &table, meta: &record.meta, seq: 0 };
-                    let builder = self.builder(&table, &mut builders, &mut order);
-                    body::raw_events(body_events(raw), &at, &self.metadata, builder, &mut out);
-                    out.record_ends.push(out.last_sequence);
-                    continue;
-                }
+                Err(other) => other,
+            };
+            let events: Box<dyn Iterator<Item = Event>> = match payload {
                 Payload::Bytes(raw) => Box::new(message_events(raw)),
                 Payload::Body(raw) => Box::new(body_events(raw)),
                 Payload::Events(events) => Box::new(events.into_iter()),
