@@ -5,7 +5,10 @@
 
 use std::borrow::Cow;
 
-use super::{Ctx, DUPLICATE_NAME, Decoded, Decoder, MAX_COLUMNS, MAX_DEPTH, Pending, SEPARATOR, TableBuilder};
+use super::table_full;
+use super::{
+    Ctx, DUPLICATE_NAME, Decoded, Decoder, EMPTY_NAME, MAX_COLUMNS, MAX_DEPTH, Pending, SEPARATOR, TableBuilder,
+};
 use super::{MetadataConfig, bad_name, truncated};
 use crate::batch::RecordMeta;
 use crate::format::json::raw::{self, Raw};
@@ -145,8 +148,7 @@ impl TableBuilder {
                     self.walk_raw(ctx, inner, depth + 1, rejects);
                 }
                 _ if self.path.is_empty() => {
-                    let reason = "field name is empty; SQL has no empty column name";
-                    rejects.push(ctx.reject(None, None, value.to_json(), reason));
+                    rejects.push(ctx.reject(None, None, value.to_json(), EMPTY_NAME));
                 }
                 _ => {
                     let path = std::mem::take(&mut self.path);
@@ -164,8 +166,7 @@ impl TableBuilder {
             Some(i) => i,
             None => match value.kind().column_type() {
                 Some(_) if self.schema.columns().len() >= MAX_COLUMNS => {
-                    let reason = format!("the table already has the maximum of {MAX_COLUMNS} columns");
-                    rejects.push(ctx.reject(Some(name), None, value.to_json(), reason));
+                    rejects.push(ctx.reject(Some(name), None, value.to_json(), table_full()));
                     return;
                 }
                 Some(ty) => self.column(name, ty),

@@ -176,8 +176,7 @@ impl TableBuilder {
             // A column appears with its first value, as any field's does.
             None if value.is_null() => return,
             None if self.schema.columns().len() >= MAX_COLUMNS => {
-                let reason = format!("the table already has the maximum of {MAX_COLUMNS} columns");
-                rejects.push(ctx.reject(Some(name), None, value.to_string(), reason));
+                rejects.push(ctx.reject(Some(name), None, value.to_string(), super::table_full()));
                 return;
             }
             None => self.column(name, ty),

@@ -46,6 +46,14 @@ pub const MAX_COLUMNS: usize = 2000;
 pub const SEPARATOR: &str = "__";
 /// The ledger's reason for a field an object names twice.
 const DUPLICATE_NAME: &str = "duplicate field name in one object: the later value was kept";
+/// The ledger's reason for a field with an empty name.
+const EMPTY_NAME: &str = "field name is empty; SQL has no empty column name";
+
+/// The ledger's reason for a field that would be a column past [`MAX_COLUMNS`].
+fn table_full() -> String {
+    format!("the table already has the maximum of {MAX_COLUMNS} columns")
+}
+
 /// What one decode produced.
 #[derive(Debug, Default)]
 pub struct Decoded {
@@ -97,10 +105,7 @@ impl Decoder {
     /// Whether a copy of this decoder gives the same result on another task: no transform,
     /// append mode on JSON, no `_position` (the sequence is known only here), one table.
     fn runs_at_edge(&self) -> bool {
-        self.transform.is_none()
-            && self.changes == ChangeConfig::default()
-            && !self.metadata.position
-            && !self.table.contains('*')
+        self.decodes_bytes() && !self.metadata.position && !self.table.contains('*')
     }
 
     /// The same decoder with a transform between the events and the tables.
@@ -396,12 +401,7 @@ impl TableBuilder {
                     self.walk(ctx, inner, depth + 1, Declared::default(), rejects);
                 }
                 _ if self.path.is_empty() => {
-                    rejects.push(ctx.reject(
-                        None,
-                        None,
-                        value.to_string(),
-                        "field name is empty; SQL has no empty column name",
-                    ));
+                    rejects.push(ctx.reject(None, None, value.to_string(), EMPTY_NAME));
                 }
                 _ => {
                     let path = std::mem::take(&mut self.path);
@@ -451,8 +451,7 @@ impl TableBuilder {
             Some(i) => i,
             None => match kind_of(value).column_type() {
                 Some(_) if self.schema.columns().len() >= MAX_COLUMNS => {
-                    let reason = format!("the table already has the maximum of {MAX_COLUMNS} columns");
-                    rejects.push(ctx.reject(Some(name), None, value.to_string(), reason));
+                    rejects.push(ctx.reject(Some(name), None, value.to_string(), table_full()));
                     return;
                 }
                 Some(ty) => {

@@ -125,8 +125,7 @@ fn reshape(original: &TableSchema, output: &RecordBatch) -> Result<Reshaped> {
                 }
             }
             None if schema.columns().len() >= MAX_COLUMNS => {
-                let reason = format!("the table already has the maximum of {MAX_COLUMNS} columns");
-                return Err(Error::new(ErrorKind::Data, reason));
+                return Err(Error::new(ErrorKind::Data, super::table_full()));
             }
             None => {
                 let column = Column { name: field.name().clone(), ty };
