@@ -10,6 +10,18 @@ use serde_json::{Value, json};
 use crate::harness::{DataDir, Server, wait_slowly, wait_until};
 use crate::postgres::Postgres;
 
+/// Stream `o` of orders into `destination`'s `orders`, its dead letters into `orders_dead`; its
+/// push key.
+async fn orders_stream(server: &Server, destination: Value) -> String {
+    server
+        .create_stream(json!({
+            "name": "o", "table": "orders", "dead_letter_table": "orders_dead",
+            "destination": destination,
+            "flush": {"max_wait_ms": 20},
+        }))
+        .await
+}
+
 fn pg_destination(pg: &Postgres) -> Value {
     json!({"kind": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest", "user": "etl",
            "password": "etl", "schema": "public"})
@@ -21,13 +33,7 @@ async fn rows_postgres_refuses_go_to_the_dead_letter_table_and_the_stream_goes_o
     pg.sql("CREATE TABLE orders (id bigint PRIMARY KEY, code varchar(5), amount double precision);");
     let dir = DataDir::new("dead-letters-pg");
     let server = Server::start(&dir.0).await;
-    let key = server
-        .create_stream(json!({
-            "name": "o", "table": "orders", "dead_letter_table": "orders_dead",
-            "destination": pg_destination(&pg),
-            "flush": {"max_wait_ms": 20},
-        }))
-        .await;
+    let key = orders_stream(&server, pg_destination(&pg)).await;
     // One push of 40 orders: #7 and #23 have codes Postgres refuses (too long); #30 has an
     // amount the decoder refuses (the table's column is a double).
     let events: Vec<Value> = (0..40)
@@ -172,12 +178,9 @@ async fn rows_mariadb_refuses_go_to_the_dead_letter_table() {
     db.lines("CREATE TABLE orders (id BIGINT PRIMARY KEY, code VARCHAR(5))");
     let dir = DataDir::new("dead-letters-maria");
     let server = Server::start(&dir.0).await;
-    let key = server
-        .create_stream(json!({"name": "o", "table": "orders", "dead_letter_table": "orders_dead",
-                              "destination": {"kind": "mysql", "host": "127.0.0.1", "port": db.port,
-                                              "database": "etltest", "user": "etl", "password": "etl"},
-                              "flush": {"max_wait_ms": 20}}))
-        .await;
+    let mysql = json!({"kind": "mysql", "host": "127.0.0.1", "port": db.port, "database": "etltest", "user": "etl",
+                       "password": "etl"});
+    let key = orders_stream(&server, mysql).await;
     assert_eq!(server.push("o", &key, ten_orders()).await.0, 202);
     wait_slowly("the orders MariaDB takes", Duration::from_secs(60), || {
         db.lines("SELECT count(*) FROM orders") == ["9"]
@@ -205,10 +208,7 @@ async fn rows_sqlite_refuses_go_to_the_dead_letter_table() {
         .unwrap();
     assert!(made.success());
     let server = Server::start(&dir.0).await;
-    let key = server
-        .create_stream(json!({"name": "o", "table": "orders", "dead_letter_table": "orders_dead",
-                              "destination": {"kind": "sqlite", "path": file}, "flush": {"max_wait_ms": 20}}))
-        .await;
+    let key = orders_stream(&server, json!({"kind": "sqlite", "path": file})).await;
     assert_eq!(server.push("o", &key, ten_orders()).await.0, 202);
     let read = |sql: &str| {
         let out = std::process::Command::new("python3")
@@ -241,13 +241,7 @@ async fn a_dead_letter_table_the_destination_refuses_does_not_stop_the_stream() 
     );
     let dir = DataDir::new("dead-letters-refused");
     let server = Server::start(&dir.0).await;
-    let key = server
-        .create_stream(json!({
-            "name": "o", "table": "orders", "dead_letter_table": "orders_dead",
-            "destination": pg_destination(&pg),
-            "flush": {"max_wait_ms": 20},
-        }))
-        .await;
+    let key = orders_stream(&server, pg_destination(&pg)).await;
     assert_eq!(server.push("o", &key, ten_orders()).await.0, 202);
     wait_slowly("the orders Postgres takes", Duration::from_secs(60), || {
         pg.lines("SELECT count(*) FROM orders") == ["9"]
