@@ -44,10 +44,10 @@ pub use sink::WorkspaceSink;
 pub use state::{Resume, WorkspaceState};
 pub use sync_plan::SyncPlanner;
 
-use db::{Db, db_error};
+use db::{Db, attach, clone_connection, db_error, open_error};
 
 /// WAL size at which DuckDB checkpoints (see `Workspace::open`).
-pub const WAL_CHECKPOINT: &str = "64MB";
+pub const WAL_CHECKPOINT: &str = "16MB";
 
 /// Internal tables live in this schema; user tables in `main`.
 pub const SCHEMA: &str = "sluice";
@@ -79,7 +79,7 @@ CREATE TABLE IF NOT EXISTS sluice.sync_runs (
 "#;
 
 /// DuckDB's memory limit unless `SLUICE_DUCKDB_MEMORY` says otherwise.
-pub const DUCKDB_MEMORY: &str = "256MB";
+pub const DUCKDB_MEMORY: &str = "128MB";
 
 /// An open workspace: the owner of the database that hands out its roles. Cheap to clone; all
 /// clones share one database.
@@ -102,14 +102,15 @@ impl Workspace {
             Error::new(ErrorKind::Config, format!("cannot create data dir {}", dir.display())).with_source(e)
         })?;
         let path = dir.join("workspace.duckdb");
-        let conn = Connection::open(&path).map_err(|e| open_error(&path, e))?;
+        let conn = attach(&path)?;
         conn.execute_batch(BOOTSTRAP).map_err(db_error)?;
         conn.execute_batch(accounts::BOOTSTRAP).map_err(db_error)?;
         conn.execute_batch(schema_history::BOOTSTRAP).map_err(db_error)?;
         // DuckDB checkpoints the WAL into the database file when it reaches this size, and a
-        // checkpoint holds up commits for as long as it runs. Measured with `sluice bench`:
-        // 16 MB checkpoints so often that pushes queue (p99 760 ms at 50k events/s); 256 MB
-        // stalls for seconds at a time (p99 3.5 s); 64 MB gave p99 435 ms and the best rate.
+        // checkpoint holds up commits for as long as it runs. Measured with `sluice bench`
+        // (50k events/s for 60 s): with DuckDB's row groups, 64 MB stalled 280-460 ms (p99
+        // 298 ms) and 16 MB no less (p99 430 ms); with row groups of 30,720 rows (`attach`),
+        // 16 MB stalls 75-155 ms (p99 118 ms) and 8 MB checkpoints too often for the rate.
         let wal = std::env::var("SLUICE_WAL_CHECKPOINT").unwrap_or_else(|_| WAL_CHECKPOINT.to_string());
         conn.execute_batch(&format!("SET wal_autocheckpoint = '{}'", wal.replace('\'', "")))
             .map_err(|e| Error::new(ErrorKind::Config, format!("SLUICE_WAL_CHECKPOINT: {e}")))?;
@@ -129,7 +130,7 @@ impl Workspace {
         }
         // User SQL must not read files or attach databases: the workspace needs neither.
         conn.execute_batch("SET enable_external_access = false").map_err(db_error)?;
-        let sink = WorkspaceSink::start(conn.try_clone().map_err(db_error)?)?;
+        let sink = WorkspaceSink::start(clone_connection(&conn)?)?;
         let secrets = Arc::new(secrets::SecretFile::new(dir));
         let db = Db::new(path, conn);
         Ok(Self {
@@ -245,19 +246,6 @@ impl StateStore for Workspace {
 
     async fn table_schema(&self, table: &str) -> Result<Option<TableSchema>> {
         self.state.table_schema(table).await
-    }
-}
-
-fn open_error(path: &Path, e: duckdb::Error) -> Error {
-    let text = e.to_string();
-    if text.contains("lock") {
-        Error::new(
-            ErrorKind::Config,
-            format!("workspace {} is in use by another process (is `sluice serve` running?)", path.display()),
-        )
-        .with_source(e)
-    } else {
-        Error::new(ErrorKind::Config, format!("cannot open workspace {}", path.display())).with_source(e)
     }
 }
 
