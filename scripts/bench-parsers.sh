@@ -81,6 +81,13 @@ fn main() {
         };
         fields
     });
+    time("Sluice's borrowed tree (sonic-rs visitors)", &lines, |l| {
+        let mut de = sonic_rs::Deserializer::from_slice(l.as_bytes());
+        match raw::parse_from(&mut de).unwrap().value {
+            Raw::Object(fields) => fields.len(),
+            _ => 0,
+        }
+    });
     time("sonic-rs `Value`", &lines, |l| {
         use sonic_rs::JsonContainerTrait;
         let v: sonic_rs::Value = sonic_rs::from_str(l).unwrap();

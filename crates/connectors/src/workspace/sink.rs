@@ -186,10 +186,10 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layou
         .then(|| without_replayed(unit.rejects.to_ledger(&unit.stream, now), &replayed))
         .transpose()?;
     if let Some(batch) = ledger.filter(|b| b.num_rows() > 0) {
-        let schema = batch.schema();
-        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-        let mut appender = conn.appender_with_columns_to_db("rejects", super::SCHEMA, &names).map_err(db_error)?;
-        appender.append_record_batch(batch).map_err(db_error)?;
+        // Every column of the ledger, in its order, so the plain appender takes it (one given a
+        // column list cost 0.4 ms per unit, a tenth of a push's write).
+        let mut appender = conn.appender_to_db("rejects", super::SCHEMA).map_err(db_error)?;
+        appender.append_record_batch(with_replayed_at(batch)?).map_err(db_error)?;
         appender.flush().map_err(db_error)?;
     }
     if !unit.idempotency.is_empty() {
@@ -215,6 +215,18 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layou
     // The schema history commits with the DDL it records.
     super::schema_history::record(conn, unit)?;
     super::state::save_checkpoint(conn, &unit.stream, &unit.checkpoint)
+}
+
+/// Ledger rows with the ledger's last column, `replayed_at`, empty.
+fn with_replayed_at(batch: RecordBatch) -> Result<RecordBatch> {
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    let ty = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    let mut fields: Vec<Field> = batch.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new("replayed_at", ty.clone(), true));
+    let mut columns = batch.columns().to_vec();
+    columns.push(arrow::array::new_null_array(&ty, batch.num_rows()));
+    RecordBatch::try_new(std::sync::Arc::new(Schema::new(fields)), columns)
+        .map_err(|e| Error::new(ErrorKind::Fatal, "could not complete the ledger rows").with_source(e))
 }
 
 /// The ledger rows of `batch` less those of changes a replay skipped (same table and sequence).

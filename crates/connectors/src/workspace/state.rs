@@ -31,10 +31,10 @@ pub(crate) fn save_checkpoint(conn: &Connection, stream: &str, cp: &Checkpoint) 
     let position = cp.position.0.to_string();
     let totals = serde_json::to_string(&cp.totals).map_err(json_error)?;
     let updated = conn
-        .execute(
+        .prepare_cached(
             "UPDATE sluice.checkpoints SET position = ?, sequence = ?, totals = ?, updated_at = now() WHERE stream = ?",
-            params![position, cp.sequence, totals, stream],
         )
+        .and_then(|mut update| update.execute(params![position, cp.sequence, totals, stream]))
         .map_err(db_error)?;
     if updated == 0 {
         conn.execute(

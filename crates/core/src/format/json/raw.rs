@@ -45,11 +45,18 @@ pub struct RawEvent<'a> {
 
 /// Read one event's text.
 pub fn parse(text: &[u8]) -> Result<RawEvent<'_>, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let event = parse_from(&mut de)?;
+    de.end()?;
+    Ok(event)
+}
+
+/// Read one event from any serde deserializer (`scripts/bench-parsers.sh` compares parsers
+/// through it); the caller checks that nothing follows.
+pub fn parse_from<'de, D: Deserializer<'de>>(de: D) -> Result<RawEvent<'de>, D::Error> {
     let mut duplicates = Vec::new();
     let mut path = String::new();
-    let mut de = serde_json::Deserializer::from_slice(text);
-    let value = RawSeed { path: &mut path, duplicates: &mut duplicates }.deserialize(&mut de)?;
-    de.end()?;
+    let value = RawSeed { path: &mut path, duplicates: &mut duplicates }.deserialize(de)?;
     Ok(RawEvent { value, duplicates })
 }
 
