@@ -52,14 +52,18 @@ pub const ROW_GROUP: &str = "30720";
 /// the file). A checkpoint rewrites the row groups that took rows since the last one; at
 /// DuckDB's 122,880 rows each, the smallest checkpoint held commits up for about 100 ms.
 pub(crate) fn attach(path: &Path) -> Result<Connection> {
-    let conn = Connection::open_in_memory().map_err(db_error)?;
     let rows = std::env::var("SLUICE_DUCKDB_ROW_GROUP").unwrap_or_else(|_| ROW_GROUP.to_string());
-    let rows: u64 = rows.trim().parse().map_err(|_| {
-        Error::new(ErrorKind::Config, format!("SLUICE_DUCKDB_ROW_GROUP: {rows:?} is not a number of rows"))
-    })?;
+    attach_with(path, &rows)
+}
+
+/// [`attach`] with `rows` as the row group size (`SLUICE_DUCKDB_ROW_GROUP`'s text).
+fn attach_with(path: &Path, rows: &str) -> Result<Connection> {
+    let bad_rows = |why: String| Error::new(ErrorKind::Config, format!("SLUICE_DUCKDB_ROW_GROUP: {why}"));
+    let rows: u64 = rows.trim().parse().map_err(|_| bad_rows(format!("{rows:?} is not a number of rows")))?;
+    let conn = Connection::open_in_memory().map_err(db_error)?;
     let file = path.display().to_string().replace('\'', "''");
     conn.execute_batch(&format!("ATTACH '{file}' AS {CATALOG} (ROW_GROUP_SIZE {rows}); USE {CATALOG}"))
-        .map_err(|e| open_error(path, e))?;
+        .map_err(|e| if e.to_string().contains("row group") { bad_rows(e.to_string()) } else { open_error(path, e) })?;
     // Where DuckDB spills what does not fit its memory limit: beside the file, as it would for
     // a file it opened (an in-memory DuckDB would spill into the working directory).
     conn.execute_batch(&format!("SET temp_directory = '{file}.tmp'")).map_err(db_error)?;
@@ -156,5 +160,17 @@ mod tests {
         // The table is in the file, where a plain open finds it.
         let reopened = Connection::open(&path).unwrap();
         assert_eq!(one::<i64>(&reopened, "SELECT count(*) FROM t"), 100_000);
+    }
+
+    #[test]
+    fn a_row_group_size_duckdb_refuses_names_the_variable() {
+        let path = scratch("rows");
+        for (rows, why) in [("1000", "divisible by the vector size"), ("many", "not a number of rows")] {
+            let error = attach_with(&path, rows).err().expect("refused");
+            assert_eq!(error.kind(), ErrorKind::Config);
+            let text = error.to_string();
+            assert!(text.contains("SLUICE_DUCKDB_ROW_GROUP") && text.contains(why), "{text}");
+        }
+        attach_with(&path, "4096").expect("a multiple of 2,048 rows is taken");
     }
 }
