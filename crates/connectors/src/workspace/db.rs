@@ -166,7 +166,7 @@ mod tests {
     fn a_row_group_size_duckdb_refuses_names_the_variable() {
         let path = scratch("rows");
         for (rows, why) in [("1000", "divisible by the vector size"), ("many", "not a number of rows")] {
-            let error = attach_with(&path, rows).err().expect("refused");
+            let Err(error) = attach_with(&path, rows) else { panic!("{rows} rows per group was taken") };
             assert_eq!(error.kind(), ErrorKind::Config);
             let text = error.to_string();
             assert!(text.contains("SLUICE_DUCKDB_ROW_GROUP") && text.contains(why), "{text}");
