@@ -270,7 +270,8 @@ fn query_error(e: duckdb::Error) -> QueryError {
     let message = if kind == QueryErrorKind::OutOfMemory {
         format!(
             "the query needed more memory than DuckDB's limit for the workspace (SLUICE_DUCKDB_MEMORY, \
-             256MB by default); aggregate, filter or add a LIMIT: {text}"
+             {} by default); aggregate, filter or add a LIMIT: {text}",
+            super::DUCKDB_MEMORY
         )
     } else {
         format!("query failed: {text}")
