@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::{DataDir, Server, wait_until};
+use crate::harness::{DataDir, Server, wait_slowly, wait_until};
 
 fn sqlite_destination(path: &Path) -> Value {
     json!({"kind": "sqlite", "path": path})
@@ -56,16 +56,14 @@ async fn http_push_to_sqlite_exactly_once_across_kill_9_with_a_column_added_mid_
     let base = Arc::new(Mutex::new(server.base.clone()));
     let pushing = crate::harness::push_orders(base.clone(), "o", key, PUSHES, 30);
     let threshold = 400 + (rand::random::<u64>() % 800) as i64;
-    wait_until("events in the SQLite file", Duration::from_secs(60), || async { count(&db, "events") >= threshold })
-        .await;
+    wait_slowly("events in the SQLite file", Duration::from_secs(60), || count(&db, "events") >= threshold).await;
     server.kill9();
     let seen = count(&db, "events");
     assert!(seen < TOTAL, "the kill came after the last event ({seen}): it tests nothing");
     server = Server::start(&dir.0).await;
     *base.lock().unwrap() = server.base.clone();
     pushing.await.unwrap();
-    wait_until("every event in the SQLite file", Duration::from_secs(90), || async { count(&db, "events") >= TOTAL })
-        .await;
+    wait_slowly("every event in the SQLite file", Duration::from_secs(90), || count(&db, "events") >= TOTAL).await;
 
     let (_, metrics) = server.get("/api/streams/o/metrics").await;
     let check = lines(
