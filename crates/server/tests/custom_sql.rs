@@ -65,8 +65,7 @@ fn group(k: u64, lsn: &mut u64) -> Vec<(Option<String>, Option<String>)> {
     out
 }
 
-// Two workers: the checks below run a client process and block one while the producer goes on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn debezium_parents_and_children_go_through_custom_sql_in_dependency_order_across_kill_9() {
     let pg = Postgres::start();
     pg.sql(

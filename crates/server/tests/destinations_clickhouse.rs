@@ -15,8 +15,7 @@ fn destination(ch: &ClickHouse) -> serde_json::Value {
     json!({"kind": "clickhouse", "url": ch.url()})
 }
 
-// Two workers: the checks below run a client process and block one while the producer goes on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn kafka_to_clickhouse_append_exactly_once_across_two_kill_9() {
     let ch = ClickHouse::start();
     let broker = Broker::start();
@@ -75,8 +74,7 @@ async fn kafka_to_clickhouse_append_exactly_once_across_two_kill_9() {
     .await;
 }
 
-// Two workers: the checks below run a client process and block one while the producer goes on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn debezium_over_kafka_mirrored_into_clickhouse_equals_the_final_state_across_kill_9() {
     let ch = ClickHouse::start();
     let broker = Broker::start();
