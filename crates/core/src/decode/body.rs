@@ -5,11 +5,9 @@
 
 use std::borrow::Cow;
 
+use super::MetadataConfig;
 use super::table_full;
-use super::{
-    Ctx, DUPLICATE_NAME, Decoded, Decoder, EMPTY_NAME, MAX_COLUMNS, MAX_DEPTH, Pending, SEPARATOR, TableBuilder,
-};
-use super::{MetadataConfig, bad_name, truncated};
+use super::{Ctx, DUPLICATE_NAME, Decoded, Decoder, EMPTY_NAME, MAX_COLUMNS, MAX_DEPTH, Pending, TableBuilder};
 use crate::batch::RecordMeta;
 use crate::format::json::raw::{self, Raw};
 use crate::format::json::{BodyError, BodyEvents, BodySummary, Span, body_events, check_body, not_an_object, not_json};
@@ -132,17 +130,7 @@ impl TableBuilder {
     /// [`TableBuilder::walk`] over a raw object (no declared types, no masks: no transform).
     fn walk_raw(&mut self, ctx: &Ctx, fields: &[(Cow<'_, str>, Raw<'_>)], depth: usize, rejects: &mut Rejects) {
         for (key, value) in fields {
-            let mark = self.path.len();
-            if depth > 0 {
-                self.path.push_str(SEPARATOR);
-            }
-            self.path.push_str(key);
-            if let Some(reason) = bad_name(key, &self.path) {
-                let column = truncated(&self.path);
-                rejects.push(ctx.reject(Some(column), None, value.to_json(), reason));
-                self.path.truncate(mark);
-                continue;
-            }
+            let Some(mark) = self.enter(ctx, key, depth, || value.to_json(), rejects) else { continue };
             match value {
                 Raw::Object(inner) if depth + 1 < MAX_DEPTH && !inner.is_empty() => {
                     self.walk_raw(ctx, inner, depth + 1, rejects);

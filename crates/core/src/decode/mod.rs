@@ -370,17 +370,7 @@ impl TableBuilder {
     ) {
         let mut next = 0;
         for (key, value) in map {
-            let mark = self.path.len();
-            if depth > 0 {
-                self.path.push_str(SEPARATOR);
-            }
-            self.path.push_str(key);
-            if let Some(reason) = bad_name(key, &self.path) {
-                let column = truncated(&self.path);
-                rejects.push(ctx.reject(Some(column), None, value.to_string(), reason));
-                self.path.truncate(mark);
-                continue;
-            }
+            let Some(mark) = self.enter(ctx, key, depth, || value.to_string(), rejects) else { continue };
             if let Some((mask, keep)) = self.mask_of(&self.path) {
                 // A masked column gets only the masked value, whatever spelling brought it.
                 let hidden = crate::transform::masked(value, mask, keep);
@@ -411,6 +401,30 @@ impl TableBuilder {
             }
             self.path.truncate(mark);
         }
+    }
+
+    /// Put field `key` on the path (after a separator below the top level) and return the mark
+    /// to cut the path back to. A name no column can take sends the field (`text`, its JSON) to
+    /// the ledger instead, leaves the path as it was and returns `None`.
+    fn enter(
+        &mut self,
+        ctx: &Ctx,
+        key: &str,
+        depth: usize,
+        text: impl FnOnce() -> String,
+        rejects: &mut Rejects,
+    ) -> Option<usize> {
+        let mark = self.path.len();
+        if depth > 0 {
+            self.path.push_str(SEPARATOR);
+        }
+        self.path.push_str(key);
+        if let Some(reason) = bad_name(key, &self.path) {
+            rejects.push(ctx.reject(Some(truncated(&self.path)), None, text(), reason));
+            self.path.truncate(mark);
+            return None;
+        }
+        Some(mark)
     }
 
     /// The mask of column `name`, when the stream's transform has one.
