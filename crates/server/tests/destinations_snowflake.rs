@@ -2,7 +2,7 @@
 //! with Snowflake's Python connector: seed 001's flow, Kinesis → Snowflake, the table appearing
 //! on the first record and gaining columns, across two kill -9, every record once; Debezium over
 //! Kafka mirrored, equal to the final state, also as a staged stream loading through PUT and
-//! COPY INTO across a kill -9; a sync in upsert mode; key-pair login.
+//! COPY INTO across a kill -9; a sync in upsert mode; key-pair login; nested JSON as VARIANT.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -189,6 +189,59 @@ async fn a_stream_logs_in_with_a_private_key() {
     assert!(!stream.to_string().contains("PRIVATE KEY"), "the key is never shown: {stream}");
     // A line from the middle of the key is in no file of the data folder in clear.
     crate::harness::assert_not_on_disk(&dir.0, None, pem.lines().nth(5).unwrap());
+}
+
+/// Nested JSON (arrays, and objects below the flattening depth) lands as VARIANT, through
+/// INSERTs (`PARSE_JSON` over the bound text) and through a staged load (the Parquet file's
+/// text copied into a landing table, then `PARSE_JSON` into the table), so Snowflake's path
+/// syntax reads inside it; a restarted stream keeps writing into the VARIANT columns.
+#[tokio::test]
+async fn nested_json_lands_as_variant_through_inserts_and_staged_loads() {
+    let snow = FakeSnow::start();
+    let dir = DataDir::new("dest-snow-variant");
+    let mut server = Server::start(&dir.0).await;
+    let flush = json!({"max_wait_ms": 20});
+    let mut staged = snow.destination();
+    staged["copy_rows"] = json!(1);
+    let keys = [
+        server
+            .create_stream(json!({"name": "i", "table": "orders", "destination": snow.destination(), "flush": flush}))
+            .await,
+        server
+            .create_stream(json!({"name": "s", "table": "staged_orders", "destination": staged, "flush": flush,
+                                  "stage": {"every_ms": 200}}))
+            .await,
+    ];
+    let first = r#"[{"id": 1, "items": [{"sku": "a", "qty": 2}, {"sku": "b", "qty": 1}], "meta": {"tags": ["x", "y"]}},
+                    {"id": 2, "items": [], "meta": {"tags": []}},
+                    {"id": 3}]"#;
+    let second = r#"[{"id": 4, "items": [{"sku": "c", "qty": 5}], "meta": {"tags": ["z"]}}]"#;
+    let streams = [("i", "orders"), ("s", "staged_orders")];
+    for ((stream, table), key) in streams.iter().zip(&keys) {
+        assert_eq!(server.push(stream, key, first).await.0, 202);
+        wait_until("the first rows", Duration::from_secs(60), || async { snow.count(table) == 3 }).await;
+    }
+    server.kill9();
+    server = Server::start(&dir.0).await;
+    for ((stream, table), key) in streams.iter().zip(&keys) {
+        assert_eq!(server.push(stream, key, second).await.0, 202);
+        wait_until("the rows after a restart", Duration::from_secs(60), || async { snow.count(table) == 4 }).await;
+        let types = snow.lines(&format!(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = '{table}' \
+             ORDER BY ordinal_position"
+        ));
+        assert_eq!(types, ["id|NUMBER", "items|VARIANT", "meta__tags|VARIANT"], "{table}");
+        let rows = snow.lines(&format!(
+            "SELECT \"id\", \"items\"[0]:sku::VARCHAR, \"items\"[0]:qty, array_size(\"items\"), \
+             \"meta__tags\"[1]::VARCHAR FROM \"{table}\" ORDER BY \"id\""
+        ));
+        assert_eq!(rows, ["1|a|2|2|y", "2|-|-|0|-", "3|-|-|-|-", "4|c|5|1|-"], "{table}");
+    }
+    let loaded = snow.lines(
+        "SELECT count(*) FROM _fs_information_schema._fs_load_history WHERE FILE_NAME LIKE '%SLUICE_STAGE%.parquet' \
+         AND STATUS = 'LOADED'",
+    );
+    assert_ne!(loaded, ["0"], "the staged stream loaded no file by COPY INTO");
 }
 
 /// The mirrored customers as `id|name|balance|tier`, empty until the table has its `tier`

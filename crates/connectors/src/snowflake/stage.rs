@@ -115,13 +115,16 @@ pub(super) fn parquet(delivery: &Delivery, name: impl Fn(&str) -> String) -> Res
 
 /// The statements that load a staged delivery inside the transaction: `stage` is the folder's
 /// reference (`@db.schema.SLUICE_STAGE/<load>/<n>`), `table` and `landing` qualified names,
-/// `name` quotes a column as the table has it.
+/// `name` quotes a column as the table has it, `variants` marks the delivery's columns the
+/// table holds as VARIANT: staged as JSON text, they go through the landing table and
+/// `PARSE_JSON` (a Parquet string copied into a VARIANT would stay one string).
 pub(super) fn statements(
     delivery: &Delivery,
     stage: &str,
     table: &str,
     landing: &str,
     name: impl Fn(&str) -> String,
+    variants: &[bool],
 ) -> Vec<String> {
     let copy = |into: &str| {
         format!(
@@ -129,7 +132,24 @@ pub(super) fn statements(
              PURGE = TRUE"
         )
     };
+    let columns: Vec<String> = delivery.schema.fields().iter().map(|f| name(f.name())).collect();
+    let values: Vec<String> = (columns.iter().zip(variants))
+        .map(|(c, variant)| if *variant { format!("PARSE_JSON({c})") } else { c.clone() })
+        .collect();
+    let (columns, values) = (columns.join(", "), values.join(", "));
     match delivery.mode {
+        SyncMode::Append | SyncMode::Replace if variants.contains(&true) => {
+            let mut out = Vec::new();
+            if delivery.mode == SyncMode::Replace {
+                out.push(format!("DELETE FROM {table}"));
+            }
+            out.extend([
+                copy(landing),
+                format!("INSERT INTO {table} ({columns}) SELECT {values} FROM {landing}"),
+                format!("DELETE FROM {landing}"),
+            ]);
+            out
+        }
         SyncMode::Append => vec![copy(table)],
         SyncMode::Replace => vec![format!("DELETE FROM {table}"), copy(table)],
         SyncMode::Upsert | SyncMode::Mirror => {
@@ -137,12 +157,10 @@ pub(super) fn statements(
             // in: the effect of one MERGE (fakesnow cannot run MERGE inside a transaction: it
             // writes its own catalog, another database, for it).
             let on: Vec<String> = delivery.keys.iter().map(|k| format!("t.{0} = s.{0}", name(k))).collect();
-            let columns: Vec<String> = delivery.schema.fields().iter().map(|f| name(f.name())).collect();
-            let columns = columns.join(", ");
             vec![
                 copy(landing),
                 format!("DELETE FROM {table} AS t USING {landing} AS s WHERE {}", on.join(" AND ")),
-                format!("INSERT INTO {table} ({columns}) SELECT {columns} FROM {landing} WHERE NOT {}", name(DELETED)),
+                format!("INSERT INTO {table} ({columns}) SELECT {values} FROM {landing} WHERE NOT {}", name(DELETED)),
                 format!("DELETE FROM {landing}"),
             ]
         }

@@ -3,10 +3,10 @@
 use std::collections::HashMap;
 
 use arrow::array::Array;
-use arrow::datatypes::{DataType, Schema};
+use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
-use sluice_core::schema::{Column, ColumnType, TableSchema};
+use sluice_core::schema::{Column, ColumnType, TableSchema, is_json};
 use sluice_core::{Delivery, Destination, Error, Result, Stamp, SyncMode};
 
 use super::SnowflakeConfig;
@@ -81,6 +81,20 @@ impl SnowflakeTarget {
         Ok(columns)
     }
 
+    /// Which of `schema`'s columns the table holds as VARIANT (JSON text, loaded through
+    /// `PARSE_JSON`): decided by the table, so a column made as text before stays text.
+    async fn variants(&mut self, table: &str, schema: &Schema) -> Result<Vec<bool>> {
+        let existing = self.columns(table).await?;
+        Ok(schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let name = self.config.fold(f.name());
+                existing.iter().any(|(n, ty)| n.eq_ignore_ascii_case(&name) && ty.eq_ignore_ascii_case("VARIANT"))
+            })
+            .collect())
+    }
+
     /// Create the table, or add the columns it lacks (DDL commits on its own in Snowflake, so
     /// this runs before the unit's transaction; each step is idempotent).
     async fn ensure(&mut self, table: &str, schema: &Schema) -> Result<()> {
@@ -88,16 +102,13 @@ impl SnowflakeTarget {
         let qualified = self.qualified(table);
         let mut statements = Vec::new();
         if existing.is_empty() {
-            let defs: Vec<String> = schema
-                .fields()
-                .iter()
-                .map(|f| format!("{} {}", self.config.name(f.name()), sql_type(f.data_type())))
-                .collect();
+            let defs: Vec<String> =
+                schema.fields().iter().map(|f| format!("{} {}", self.config.name(f.name()), sql_type(f))).collect();
             statements.push(format!("CREATE TABLE IF NOT EXISTS {qualified} ({})", defs.join(", ")));
         } else {
             for field in schema.fields() {
                 if !existing.iter().any(|(n, _)| n.eq_ignore_ascii_case(&self.config.fold(field.name()))) {
-                    let ty = sql_type(field.data_type());
+                    let ty = sql_type(field);
                     statements
                         .push(format!("ALTER TABLE {qualified} ADD COLUMN {} {ty}", self.config.name(field.name())));
                 }
@@ -138,10 +149,11 @@ impl SnowflakeTarget {
             let big = self.config.copy_rows > 0
                 && (delivery.row_count() + delivery.delete_count()) as u64 >= self.config.copy_rows
                 && !(delivery.mode.keyed() && delivery.keys.is_empty());
-            let staged = if big { self.stage(table, delivery, i).await? } else { None };
+            let variants = self.variants(table, &delivery.schema).await?;
+            let staged = if big { self.stage(table, delivery, i, &variants).await? } else { None };
             match staged {
                 Some(loads) => statements.extend(loads.into_iter().map(|sql| (sql, Vec::new()))),
-                None => statements.extend(self.statements(table, delivery)?),
+                None => statements.extend(self.statements(table, delivery, &variants)?),
             }
         }
         if let Some(stamp) = stamp {
@@ -167,7 +179,13 @@ impl SnowflakeTarget {
     /// its own (and, keyed, make its landing table: DDL, so before the transaction); the
     /// statements that load it. `None`: this account's stage takes no upload Sluice can make
     /// (S3 or Azure credentials, client-side encryption), so the rows go as INSERTs.
-    async fn stage(&mut self, table: &str, delivery: &Delivery, n: usize) -> Result<Option<Vec<String>>> {
+    async fn stage(
+        &mut self,
+        table: &str,
+        delivery: &Delivery,
+        n: usize,
+        variants: &[bool],
+    ) -> Result<Option<Vec<String>>> {
         if self.unstageable {
             return Ok(None);
         }
@@ -184,13 +202,14 @@ impl SnowflakeTarget {
         }
         let file = format!("{n}.parquet");
         // A landing table of the delivery's own, every column nullable (a delete's mark row has
-        // only its keys), emptied again inside the transaction.
+        // only its keys) and JSON as the text it is staged as, emptied again inside the
+        // transaction.
         let landing = self.qualified(&format!("{table}__sluice_landing_{n}"));
         let mut columns: Vec<String> = delivery
             .schema
             .fields()
             .iter()
-            .map(|f| format!("{} {}", self.config.name(f.name()), sql_type(f.data_type())))
+            .map(|f| format!("{} {}", self.config.name(f.name()), column_type(f.data_type())))
             .collect();
         columns.push(format!("{} BOOLEAN", self.config.name(stage::DELETED)));
         let make_landing = format!("CREATE OR REPLACE TABLE {landing} ({})", columns.join(", "));
@@ -202,15 +221,16 @@ impl SnowflakeTarget {
             self.unstageable = true;
             return Ok(None);
         }
-        if delivery.mode.keyed() {
+        if delivery.mode.keyed() || variants.contains(&true) {
             client.query(&make_landing, &[]).await?;
         }
-        Ok(Some(stage::statements(delivery, &reference, &self.qualified(table), &landing, |c| self.config.name(c))))
+        let name = |c: &str| self.config.name(c);
+        Ok(Some(stage::statements(delivery, &reference, &self.qualified(table), &landing, name, variants)))
     }
 
     /// The statements of one delivery: replace empties the table; keyed modes delete the keys
     /// they write or remove; rows are inserted with one array binding per column.
-    fn statements(&self, table: &str, delivery: &Delivery) -> Result<Vec<(String, Vec<Binding>)>> {
+    fn statements(&self, table: &str, delivery: &Delivery, variants: &[bool]) -> Result<Vec<(String, Vec<Binding>)>> {
         let qualified = self.qualified(table);
         let mut out = Vec::new();
         if delivery.mode == SyncMode::Replace {
@@ -229,7 +249,21 @@ impl SnowflakeTarget {
         for batch in delivery.rows.iter().filter(|b| b.num_rows() > 0) {
             let names: Vec<String> = batch.schema().fields().iter().map(|f| self.config.name(f.name())).collect();
             let marks = vec!["?"; names.len()].join(", ");
-            out.push((format!("INSERT INTO {qualified} ({}) VALUES ({marks})", names.join(", ")), bindings(batch)?));
+            let names = names.join(", ");
+            let variant = |f: &Field| delivery.schema.index_of(f.name()).is_ok_and(|i| variants[i]);
+            let insert = if batch.schema().fields().iter().any(|f| variant(f)) {
+                // VARIANT takes JSON through PARSE_JSON, which VALUES cannot call.
+                let select: Vec<String> =
+                    (batch.schema().fields().iter().enumerate())
+                        .map(|(i, f)| {
+                            if variant(f) { format!("PARSE_JSON(column{})", i + 1) } else { format!("column{}", i + 1) }
+                        })
+                        .collect();
+                format!("INSERT INTO {qualified} ({names}) SELECT {} FROM VALUES ({marks})", select.join(", "))
+            } else {
+                format!("INSERT INTO {qualified} ({names}) VALUES ({marks})")
+            };
+            out.push((insert, bindings(batch)?));
         }
         Ok(out)
     }
@@ -262,8 +296,13 @@ fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// The Snowflake type of an Arrow column.
-fn sql_type(ty: &DataType) -> String {
+/// The Snowflake type of an Arrow column: JSON text is VARIANT.
+fn sql_type(field: &Field) -> String {
+    if is_json(field) { "VARIANT".into() } else { column_type(field.data_type()) }
+}
+
+/// The Snowflake type of an Arrow type.
+fn column_type(ty: &DataType) -> String {
     match ty {
         DataType::Boolean => "BOOLEAN".into(),
         DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 => "NUMBER(38,0)".into(),
@@ -284,6 +323,7 @@ fn column_of(ty: &str) -> ColumnType {
         "BOOLEAN" => ColumnType::Boolean,
         "FLOAT" | "DOUBLE" | "REAL" => ColumnType::Double,
         "DATE" => ColumnType::Date,
+        "VARIANT" | "OBJECT" | "ARRAY" => ColumnType::Json,
         t if t.starts_with("TIMESTAMP") => ColumnType::Timestamptz,
         t if t.starts_with("NUMBER") || t == "INTEGER" || t == "BIGINT" => ColumnType::Bigint,
         _ => ColumnType::Varchar,

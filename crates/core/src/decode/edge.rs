@@ -157,8 +157,7 @@ pub(super) fn joined(
     schema: &crate::schema::TableSchema,
 ) -> crate::error::Result<crate::batch::TableWrite> {
     let mut write = later.unwrap_or_else(|| {
-        let fields: Vec<_> =
-            schema.columns().iter().map(|c| arrow::datatypes::Field::new(&c.name, c.ty.arrow(), true)).collect();
+        let fields: Vec<_> = schema.columns().iter().map(|c| c.ty.field(&c.name)).collect();
         crate::batch::TableWrite {
             table: table.to_string(),
             changes: Vec::new(),

@@ -564,7 +564,7 @@ impl TableBuilder {
         let mut arrays = Vec::with_capacity(self.columns.len());
         for (column, mut builder) in self.schema.columns().iter().zip(self.columns) {
             builder.pad(self.rows);
-            fields.push(arrow::datatypes::Field::new(&column.name, column.ty.arrow(), true));
+            fields.push(column.ty.field(&column.name));
             arrays.push(builder.finish());
         }
         let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(fields));

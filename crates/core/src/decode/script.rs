@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, BooleanArray};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::{DataType, Schema};
 use arrow::record_batch::RecordBatch;
 
 use super::MAX_COLUMNS;
@@ -146,7 +146,7 @@ fn reshape(original: &TableSchema, output: &RecordBatch) -> Result<Reshaped> {
             *f = false;
             misfits.push((row, format!("script: the value of `{name}` does not fit its column's type {ty}")));
         }
-        fields.push(Field::new(name, ty.arrow(), true));
+        fields.push(ty.field(&name));
         arrays.push(fitted);
     }
     if !created.is_empty() {

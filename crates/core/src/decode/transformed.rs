@@ -154,7 +154,7 @@ fn evaluate(
                 continue;
             }
         };
-        let field = Field::new(&schema.columns()[i].name, ty.arrow(), true);
+        let field = ty.field(&schema.columns()[i].name);
         // By name: after a script the batch's columns are in the script's order.
         if let Some(j) = fields.iter().position(|f| f.name().eq_ignore_ascii_case(field.name())) {
             (fields[j], columns[j]) = (field, array);

@@ -6,8 +6,19 @@ mod table;
 pub use infer::{Fit, ValueKind, fit, fit_instant, fit_text, kind_of, kind_of_text, list_items};
 pub use table::{Column, SchemaChange, TableSchema};
 
-use arrow::datatypes::{DataType, TimeUnit};
+use arrow::datatypes::{DataType, Field, TimeUnit};
 use serde::{Deserialize, Serialize};
+
+/// The field metadata key that names an Arrow extension type.
+const EXTENSION_NAME: &str = "ARROW:extension:name";
+/// Arrow's canonical extension for JSON text in a string column.
+const JSON_EXTENSION: &str = "arrow.json";
+
+/// Whether `field` holds JSON text: marked `arrow.json`, as [`ColumnType::field`] marks a JSON
+/// column (and DuckDB marks a `JSON` column it exports).
+pub fn is_json(field: &Field) -> bool {
+    field.metadata().get(EXTENSION_NAME).is_some_and(|name| name == JSON_EXTENSION)
+}
 
 /// The column types Sluice creates. Each maps to one Arrow type and one SQL type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -132,6 +143,18 @@ impl ColumnType {
                 Self::Decimal(precision, scale)
             }
         })
+    }
+
+    /// The Arrow field the decoder builds for a column of this type named `name`: nullable,
+    /// and a JSON column marked with Arrow's canonical `arrow.json` extension, so a
+    /// destination can give it its own JSON type (Snowflake's VARIANT) instead of text.
+    pub fn field(self, name: &str) -> Field {
+        let field = Field::new(name, self.arrow(), true);
+        if self == Self::Json {
+            let metadata = [(EXTENSION_NAME.to_string(), JSON_EXTENSION.to_string())];
+            return field.with_metadata(metadata.into_iter().collect());
+        }
+        field
     }
 
     /// The Arrow type the decoder builds for this column.
