@@ -44,9 +44,16 @@ fn encode_plain(
                 Compression::Gzip => Codec::GZIP(GzipLevel::default()),
             };
             let props = WriterProperties::builder().set_compression(codec).build();
-            let mut writer = ArrowWriter::try_new(&mut out, schema.clone(), Some(props)).map_err(parquet_error)?;
+            // Without the fields' extension marks (a JSON column's `arrow.json` is for
+            // destinations with a JSON type of their own): readers that do not know an
+            // extension type refuse the file, and JSON stays the text it is.
+            let fields: Vec<Field> =
+                schema.fields().iter().map(|f| f.as_ref().clone().with_metadata(Default::default())).collect();
+            let plain: SchemaRef = Arc::new(Schema::new(fields));
+            let mut writer = ArrowWriter::try_new(&mut out, plain.clone(), Some(props)).map_err(parquet_error)?;
             for batch in batches {
-                writer.write(batch).map_err(parquet_error)?;
+                let batch = RecordBatch::try_new(plain.clone(), batch.columns().to_vec()).map_err(arrow_error)?;
+                writer.write(&batch).map_err(parquet_error)?;
             }
             writer.close().map_err(parquet_error)?;
         }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringBuilder, new_null_array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use sluice_core::schema::is_json;
 use sluice_core::{Delivery, Error, ErrorKind, Result, SyncMode};
 
 use crate::files::{Compression, FileFormat};
@@ -113,11 +114,22 @@ pub(super) fn parquet(delivery: &Delivery, name: impl Fn(&str) -> String) -> Res
     crate::files::encode(FileFormat::Parquet, Compression::Snappy, &schema, &staged)
 }
 
+/// The value a semi-structured column takes from `column`: JSON text (`json`) parsed, text
+/// that is not JSON (a mask's output, say) kept as a string rather than failing the load; any
+/// other value as the VARIANT of itself.
+pub(super) fn variant(column: &str, json: bool) -> String {
+    if json {
+        format!("COALESCE(TRY_PARSE_JSON({column}), TO_VARIANT({column}))")
+    } else {
+        format!("TO_VARIANT({column})")
+    }
+}
+
 /// The statements that load a staged delivery inside the transaction: `stage` is the folder's
 /// reference (`@db.schema.SLUICE_STAGE/<load>/<n>`), `table` and `landing` qualified names,
 /// `name` quotes a column as the table has it, `variants` marks the delivery's columns the
-/// table holds as VARIANT: staged as JSON text, they go through the landing table and
-/// `PARSE_JSON` (a Parquet string copied into a VARIANT would stay one string).
+/// table holds as VARIANT: staged as text, they go through the landing table and [`variant`]
+/// (a Parquet string copied into a VARIANT would stay one string).
 pub(super) fn statements(
     delivery: &Delivery,
     stage: &str,
@@ -133,8 +145,8 @@ pub(super) fn statements(
         )
     };
     let columns: Vec<String> = delivery.schema.fields().iter().map(|f| name(f.name())).collect();
-    let values: Vec<String> = (columns.iter().zip(variants))
-        .map(|(c, variant)| if *variant { format!("PARSE_JSON({c})") } else { c.clone() })
+    let values: Vec<String> = (columns.iter().zip(variants).zip(delivery.schema.fields()))
+        .map(|((c, semi), field)| if *semi { variant(c, is_json(field)) } else { c.clone() })
         .collect();
     let (columns, values) = (columns.join(", "), values.join(", "));
     match delivery.mode {

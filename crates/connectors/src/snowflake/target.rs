@@ -81,8 +81,9 @@ impl SnowflakeTarget {
         Ok(columns)
     }
 
-    /// Which of `schema`'s columns the table holds as VARIANT (JSON text, loaded through
-    /// `PARSE_JSON`): decided by the table, so a column made as text before stays text.
+    /// Which of `schema`'s columns the table holds as semi-structured (VARIANT, OBJECT, ARRAY:
+    /// loaded through [`stage::variant`]): decided by the table, so a column made as text
+    /// before stays text.
     async fn variants(&mut self, table: &str, schema: &Schema) -> Result<Vec<bool>> {
         let existing = self.columns(table).await?;
         Ok(schema
@@ -90,7 +91,10 @@ impl SnowflakeTarget {
             .iter()
             .map(|f| {
                 let name = self.config.fold(f.name());
-                existing.iter().any(|(n, ty)| n.eq_ignore_ascii_case(&name) && ty.eq_ignore_ascii_case("VARIANT"))
+                existing.iter().any(|(n, ty)| {
+                    n.eq_ignore_ascii_case(&name)
+                        && ["VARIANT", "OBJECT", "ARRAY"].contains(&ty.to_uppercase().as_str())
+                })
             })
             .collect())
     }
@@ -150,7 +154,8 @@ impl SnowflakeTarget {
                 && (delivery.row_count() + delivery.delete_count()) as u64 >= self.config.copy_rows
                 && !(delivery.mode.keyed() && delivery.keys.is_empty());
             let variants = self.variants(table, &delivery.schema).await?;
-            let staged = if big { self.stage(table, delivery, i, &variants).await? } else { None };
+            let owner = stamp.map(|s| s.owner.as_str());
+            let staged = if big { self.stage(table, delivery, (owner, i), &variants).await? } else { None };
             match staged {
                 Some(loads) => statements.extend(loads.into_iter().map(|sql| (sql, Vec::new()))),
                 None => statements.extend(self.statements(table, delivery, &variants)?),
@@ -183,7 +188,7 @@ impl SnowflakeTarget {
         &mut self,
         table: &str,
         delivery: &Delivery,
-        n: usize,
+        (owner, n): (Option<&str>, usize),
         variants: &[bool],
     ) -> Result<Option<Vec<String>>> {
         if self.unstageable {
@@ -204,7 +209,9 @@ impl SnowflakeTarget {
         // A landing table of the delivery's own, every column nullable (a delete's mark row has
         // only its keys) and JSON as the text it is staged as, emptied again inside the
         // transaction.
-        let landing = self.qualified(&format!("{table}__sluice_landing_{n}"));
+        // Named by the writing stream too, so two streams into one table never share one.
+        let writer = owner.map(|o| format!("{o}_")).unwrap_or_default();
+        let landing = self.qualified(&format!("{table}__sluice_landing_{writer}{n}"));
         let mut columns: Vec<String> = delivery
             .schema
             .fields()
@@ -252,13 +259,13 @@ impl SnowflakeTarget {
             let names = names.join(", ");
             let variant = |f: &Field| delivery.schema.index_of(f.name()).is_ok_and(|i| variants[i]);
             let insert = if batch.schema().fields().iter().any(|f| variant(f)) {
-                // VARIANT takes JSON through PARSE_JSON, which VALUES cannot call.
-                let select: Vec<String> =
-                    (batch.schema().fields().iter().enumerate())
-                        .map(|(i, f)| {
-                            if variant(f) { format!("PARSE_JSON(column{})", i + 1) } else { format!("column{}", i + 1) }
-                        })
-                        .collect();
+                // A VARIANT takes its value through a function, which VALUES cannot call.
+                let select: Vec<String> = (batch.schema().fields().iter().enumerate())
+                    .map(|(i, f)| {
+                        let column = format!("column{}", i + 1);
+                        if variant(f) { stage::variant(&column, is_json(f)) } else { column }
+                    })
+                    .collect();
                 format!("INSERT INTO {qualified} ({names}) SELECT {} FROM VALUES ({marks})", select.join(", "))
             } else {
                 format!("INSERT INTO {qualified} ({names}) VALUES ({marks})")
