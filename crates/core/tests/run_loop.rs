@@ -153,3 +153,101 @@ async fn a_source_error_still_finishes_the_write_in_flight() {
     assert_eq!(log.durable, [1, 2, 3], "every submitted write ended before run returned");
     assert_eq!(log.commits, [1, 2, 3], "and its position was committed upstream");
 }
+
+/// A source fed by the test through a channel, as pushes arrive.
+struct ChannelSource(tokio::sync::mpsc::UnboundedReceiver<Chunk>);
+
+#[async_trait]
+impl Source for ChannelSource {
+    async fn next(&mut self) -> Result<Option<Chunk>> {
+        Ok(self.0.recv().await)
+    }
+    async fn commit(&mut self, _position: &Position) -> Result<()> {
+        Ok(())
+    }
+    async fn abort(&mut self, _error: &Error) {}
+}
+
+/// A sink whose writes wait for the test to let them finish, telling it when each begins; it
+/// keeps each unit's positions (its rows' `p`).
+struct GatedSink {
+    units: Arc<Mutex<Vec<Vec<i64>>>>,
+    started: tokio::sync::mpsc::UnboundedSender<()>,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+#[async_trait]
+impl Sink for GatedSink {
+    async fn write(&self, unit: std::sync::Arc<WriteUnit>) -> Result<()> {
+        let _ = self.started.send(());
+        self.gate.acquire().await.unwrap().forget();
+        let column = unit.tables[0].data.column_by_name("p").unwrap().clone();
+        let p = column.as_any().downcast_ref::<arrow::array::Int64Array>().unwrap();
+        self.units.lock().unwrap().push(p.values().to_vec());
+        Ok(())
+    }
+}
+
+/// Pushes the edge decoded into columns that arrive while a write is in flight all go into
+/// the next unit (they cost the loop nothing to decode, so it takes them until the write is
+/// done); before, the next unit was fixed at the first of them, and the rest waited for a
+/// write more.
+#[tokio::test]
+async fn predecoded_pushes_that_arrive_during_a_write_share_the_next_unit() {
+    use sluice_core::decode::Edge;
+    use sluice_core::schema::Column;
+    use tokio::sync::Semaphore;
+    let edge = Edge::new();
+    let table =
+        sluice_core::TableSchema::existing(vec![Column { name: "p".into(), ty: sluice_core::ColumnType::Bigint }]);
+    let mut decoder = Decoder::new("t".into(), MetadataConfig::default(), HashMap::from([("t".to_string(), table)]))
+        .with_edge(Some(edge.clone()));
+    // A first unit publishes the table's columns to the edge.
+    let (_, pending) = decoder.decode(chunks(1).pop_front().unwrap().records, 1).unwrap();
+    decoder.commit(pending);
+    let push = |p: i64| {
+        let body = bytes::Bytes::from(format!(r#"{{"p": {p}}}"#));
+        let (payload, _) = edge.decode_body(&body, &RecordMeta::default()).unwrap().unwrap();
+        assert!(matches!(payload, Payload::Decoded(_)), "decoded at the edge");
+        Chunk {
+            records: vec![Record { payload, meta: RecordMeta::default() }],
+            bytes: 10,
+            position: Position(json!(p)),
+            arrived: Instant::now(),
+            flush: false,
+        }
+    };
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let units = Arc::new(Mutex::new(Vec::new()));
+    let gate = Arc::new(Semaphore::new(0));
+    let sink = Arc::new(GatedSink { units: units.clone(), started: started_tx, gate: gate.clone() });
+    // No deadline cuts a batch short here, however slow the machine.
+    let flush = FlushConfig { max_wait_ms: 60_000, ..FlushConfig::default() };
+    let mut source = ChannelSource(rx);
+    let feeder = async {
+        tx.send(push(2)).unwrap();
+        started.recv().await.unwrap();
+        // Three pushes while the first write is in flight, apart, so the loop has taken the
+        // first before the next comes; then the write ends.
+        for p in 3..=5 {
+            tx.send(push(p)).unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        // Every write from now on ends at once.
+        gate.add_permits(Semaphore::MAX_PERMITS / 2);
+        drop(tx);
+    };
+    let stream = Stream {
+        name: "s",
+        source: &mut source,
+        decoder: &mut decoder,
+        sink,
+        flush: &flush,
+        metrics: Arc::new(StreamMetrics::new(&Totals::default())),
+        cancel: CancellationToken::new(),
+    };
+    let (result, ()) = tokio::join!(run(stream, Checkpoint::default()), feeder);
+    result.unwrap();
+    assert_eq!(*units.lock().unwrap(), vec![vec![2], vec![3, 4, 5]]);
+}

@@ -118,7 +118,23 @@ impl Layouts {
 }
 
 fn apply(conn: &Connection, unit: &WriteUnit, layouts: &mut Layouts) -> Result<()> {
-    in_transaction(conn, |c| apply_in_transaction(c, unit, layouts))
+    let started = std::time::Instant::now();
+    let mut applied = started;
+    let result = in_transaction(conn, |c| {
+        let result = apply_in_transaction(c, unit, layouts);
+        applied = std::time::Instant::now();
+        result
+    });
+    // Where a unit's write goes: its statements, then the COMMIT (the WAL written and
+    // fsynced, and a checkpoint when the WAL has grown past its threshold).
+    tracing::debug!(
+        stream = %unit.stream,
+        rows = unit.tables.iter().map(|t| t.data.num_rows()).sum::<usize>(),
+        apply_ms = (applied - started).as_secs_f64() * 1e3,
+        commit_ms = applied.elapsed().as_secs_f64() * 1e3,
+        "Unit applied."
+    );
+    result
 }
 
 /// Apply `unit` in a transaction that is always rolled back.
