@@ -166,8 +166,8 @@ async fn gather(
     // to decode, so while the previous write is in flight the batch takes every such chunk
     // that arrives until that write is done, instead of being fixed before it: with the write
     // the slow part, batches then hold what arrived during one write, not during the one
-    // before it (2.5 times as many rows on a slow machine, and each push waits for one write
-    // fewer). Other chunks are decoded while the write is in flight.
+    // before it (1.5 times as many rows per unit on a slow machine, and each push waits for
+    // one write fewer). Other chunks are decoded while the write is in flight.
     let mut predecoded = is_predecoded(&first);
     let mut chunks = vec![first];
     while !flush && rows < s.flush.max_rows && bytes < s.flush.max_bytes {
