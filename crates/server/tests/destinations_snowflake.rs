@@ -10,11 +10,14 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::broker::{Broker, produce_keyed};
-use crate::harness::{DataDir, Server, wait_until};
+use crate::harness::{DataDir, Server, wait_slowly, wait_until};
 use crate::kinesis_local::KinesisLocal;
 use crate::snowflake::FakeSnow;
 
-#[tokio::test]
+/// Two workers and a producer paced by the clock: each check starts Snowflake's Python
+/// connector and blocks its worker for a second or more (on a slow machine), which must not
+/// slow the producer down, and the producer must still be mid-stream at both kills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kinesis_to_snowflake_every_record_once_across_two_kill_9() {
     let snow = FakeSnow::start();
     let kinesis = KinesisLocal::start().await;
@@ -41,22 +44,18 @@ async fn kinesis_to_snowflake_every_record_once_across_two_kill_9() {
                 })
                 .collect();
             producer.put("clicks", &batch).await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     });
     for round in 0..2 {
         let threshold = 1_000 * (round + 1) + (rand::random::<u64>() % 1_000) as i64;
-        wait_until("records in Snowflake", Duration::from_secs(120), || async { snow.count("clicks") >= threshold })
-            .await;
+        wait_slowly("records in Snowflake", Duration::from_secs(120), || snow.count("clicks") >= threshold).await;
         server.kill9();
         assert!(snow.count("clicks") < TOTAL as i64, "the kill came after the last record: it tests nothing");
         server = Server::start(&dir.0).await;
     }
     producing.await.unwrap();
-    wait_until("every record in Snowflake", Duration::from_secs(180), || async {
-        snow.count("clicks") >= TOTAL as i64
-    })
-    .await;
+    wait_slowly("every record in Snowflake", Duration::from_secs(180), || snow.count("clicks") >= TOTAL as i64).await;
     let ids: Vec<String> = snow.lines("SELECT \"id\" FROM \"clicks\"");
     let distinct: HashSet<&String> = ids.iter().collect();
     assert_eq!((ids.len(), distinct.len()), (TOTAL, TOTAL), "every record exactly once");
