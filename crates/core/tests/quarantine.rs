@@ -9,12 +9,10 @@ use arrow::array::AsArray;
 use arrow::datatypes::Int64Type;
 use async_trait::async_trait;
 use serde_json::json;
-use sluice_core::pipeline::{Stream, run};
 use sluice_core::{
     Checkpoint, Chunk, Decoder, Error, ErrorKind, FlushConfig, MetadataConfig, Payload, Position, Record, RecordMeta,
-    Result, Sink, Source, StreamMetrics, Totals, WriteUnit,
+    Result, Sink, Source, WriteUnit,
 };
-use tokio_util::sync::CancellationToken;
 
 struct ListSource(VecDeque<Chunk>, Arc<Mutex<Vec<i64>>>);
 
@@ -96,16 +94,7 @@ async fn drive(sink: Arc<RefusingSink>, n: i64) -> (Result<Checkpoint>, Vec<i64>
     let mut source = ListSource(chunks, commits.clone());
     let mut decoder = Decoder::new("t".into(), MetadataConfig::default(), HashMap::new());
     let flush = FlushConfig { max_rows: 10, ..FlushConfig::default() };
-    let stream = Stream {
-        name: "s",
-        source: &mut source,
-        decoder: &mut decoder,
-        sink,
-        flush: &flush,
-        metrics: Arc::new(StreamMetrics::new(&Totals::default())),
-        cancel: CancellationToken::new(),
-    };
-    let result = run(stream, Checkpoint::default()).await;
+    let result = crate::run_loop::run_stream(&mut source, &mut decoder, sink, &flush).await;
     let commits = commits.lock().unwrap().clone();
     (result, commits)
 }

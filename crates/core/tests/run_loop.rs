@@ -92,16 +92,26 @@ async fn drive_source(
     let mut source = FakeSource { chunks: chunks(n), log: log.clone(), fail_at_end };
     let sink = Arc::new(FakeSink { log: log.clone(), fail: Mutex::new(fail) });
     let mut decoder = Decoder::new("t".into(), MetadataConfig::default(), HashMap::new());
+    (run_stream(&mut source, &mut decoder, sink, &flush).await, log)
+}
+
+/// Run stream `s` from the start until its source ends.
+pub(crate) async fn run_stream(
+    source: &mut dyn Source,
+    decoder: &mut Decoder,
+    sink: Arc<dyn Sink>,
+    flush: &FlushConfig,
+) -> Result<Checkpoint> {
     let stream = Stream {
         name: "s",
-        source: &mut source,
-        decoder: &mut decoder,
+        source,
+        decoder,
         sink,
-        flush: &flush,
+        flush,
         metrics: Arc::new(StreamMetrics::new(&Totals::default())),
         cancel: CancellationToken::new(),
     };
-    (run(stream, Checkpoint::default()).await, log)
+    run(stream, Checkpoint::default()).await
 }
 
 fn one_per_batch() -> FlushConfig {
@@ -238,16 +248,7 @@ async fn predecoded_pushes_that_arrive_during_a_write_share_the_next_unit() {
         gate.add_permits(Semaphore::MAX_PERMITS / 2);
         drop(tx);
     };
-    let stream = Stream {
-        name: "s",
-        source: &mut source,
-        decoder: &mut decoder,
-        sink,
-        flush: &flush,
-        metrics: Arc::new(StreamMetrics::new(&Totals::default())),
-        cancel: CancellationToken::new(),
-    };
-    let (result, ()) = tokio::join!(run(stream, Checkpoint::default()), feeder);
+    let (result, ()) = tokio::join!(run_stream(&mut source, &mut decoder, sink, &flush), feeder);
     result.unwrap();
     assert_eq!(*units.lock().unwrap(), vec![vec![2], vec![3, 4, 5]]);
 }
