@@ -52,6 +52,10 @@ pub struct Page {
     /// hour of samples is kept in memory), in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub history_sample_ms: u64,
+    /// Events one client of a live feed gets a second at most; the rest are skipped and
+    /// counted in a `skipped` event.
+    #[arg(long, default_value_t = crate::feed::MAX_EVENTS_PER_SEC)]
+    pub feed_max_events_per_sec: u32,
 }
 
 /// Run until SIGINT or SIGTERM.
@@ -65,6 +69,9 @@ pub async fn run(
 ) -> Result<(), String> {
     if limits.sql_timeout_ms == 0 || limits.sql_max_result_bytes == 0 {
         return Err("--sql-timeout-ms and --sql-max-result-bytes must be above 0".into());
+    }
+    if page.feed_max_events_per_sec == 0 {
+        return Err("--feed-max-events-per-sec must be above 0".into());
     }
     if access.access_token_seconds == 0 {
         return Err("--access-token-seconds must be above 0".into());
@@ -127,8 +134,15 @@ pub async fn run(
     };
     let push_budget = api::PushBudget::new(limits.push_memory_mb << 20);
     let query = workspace.sql().clone();
-    let app =
-        api::router(AppState { supervisor: supervisor.clone(), syncs: syncs.clone(), push_budget, sql, query, auth });
+    let app = api::router(AppState {
+        supervisor: supervisor.clone(),
+        syncs: syncs.clone(),
+        push_budget,
+        sql,
+        query,
+        auth,
+        feed_max_events_per_sec: page.feed_max_events_per_sec,
+    });
     // On a signal, running queries are interrupted (their requests answer 503) so that the
     // graceful shutdown, which waits for requests in flight, ends promptly.
     let signal = async move {

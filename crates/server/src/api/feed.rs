@@ -21,20 +21,23 @@ use crate::feed;
 pub async fn stream(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     super::running_stream(&state, &id).await?;
     let rx = state.supervisor.feeds().subscribe(&id);
-    let opening =
-        json!({ "stream": id, "rows_per_batch": feed::ROWS_PER_UNIT, "max_events_per_sec": feed::MAX_EVENTS_PER_SEC });
-    Ok(Sse::new(feed::events(rx, opening.to_string())).keep_alive(KeepAlive::default()).into_response())
+    let rate = state.feed_max_events_per_sec;
+    let opening = json!({ "stream": id, "rows_per_batch": feed::ROWS_PER_UNIT, "max_events_per_sec": rate });
+    Ok(Sse::new(feed::events(rx, opening.to_string(), rate)).keep_alive(KeepAlive::default()).into_response())
 }
 
 /// `GET /api/activity`: the server's activity as server-sent events; with `?recent`, the
 /// newest 200 events as JSON instead.
 pub async fn activity(State(state): State<AppState>, Query(q): Query<HashMap<String, String>>) -> Response {
     let activity = state.supervisor.feeds().activity();
+    let rate = state.feed_max_events_per_sec;
     if q.contains_key("recent") {
         return Json(json!({ "events": activity.recent() })).into_response();
     }
     let opening = json!({ "recent": feed::RECENT });
-    Sse::new(feed::events(activity.subscribe(), opening.to_string())).keep_alive(KeepAlive::default()).into_response()
+    Sse::new(feed::events(activity.subscribe(), opening.to_string(), rate))
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 /// `GET /api/streams/:id/schema`: the tables' columns now (workspace tables) and every recorded

@@ -42,6 +42,8 @@ pub struct AppState {
     pub query: Query,
     /// Users and tokens: who may call which route.
     pub auth: Auth,
+    /// Events one client of a live feed gets a second at most.
+    pub feed_max_events_per_sec: u32,
 }
 
 /// A running stream by name: 404 when there is none, 503 while it restarts.

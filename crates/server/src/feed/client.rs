@@ -1,5 +1,5 @@
-//! One live client of a feed, as server-sent events: at most [`MAX_EVENTS_PER_SEC`] events a
-//! second; what it cannot take (over that rate, or behind the channel) is skipped and counted in
+//! One live client of a feed, as server-sent events: at most `--feed-max-events-per-sec`
+//! ([`MAX_EVENTS_PER_SEC`] by default) events a second; what it cannot take (over that rate, or behind the channel) is skipped and counted in
 //! a `skipped` event.
 
 use std::convert::Infallible;
@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::FeedEvent;
 
-/// Events one client gets a second at most.
+/// Events one client gets a second at most, unless `--feed-max-events-per-sec` says otherwise.
 pub const MAX_EVENTS_PER_SEC: u32 = 50;
 
 struct Client {
@@ -21,15 +21,18 @@ struct Client {
     opening: Option<String>,
     window: Instant,
     sent: u32,
+    max_per_sec: u32,
     skipped: u64,
 }
 
-/// The events of `rx` for one client, after an `open` event with `opening` as its data.
+/// The events of `rx` for one client, after an `open` event with `opening` as its data, at
+/// most `max_per_sec` a second.
 pub fn events(
     rx: broadcast::Receiver<Arc<FeedEvent>>,
     opening: String,
+    max_per_sec: u32,
 ) -> impl Stream<Item = Result<Event, Infallible>> + Send {
-    let client = Client { rx, opening: Some(opening), window: Instant::now(), sent: 0, skipped: 0 };
+    let client = Client { rx, opening: Some(opening), window: Instant::now(), sent: 0, max_per_sec, skipped: 0 };
     futures_util::stream::unfold(client, |mut c| async move { c.next().await.map(|e| (Ok(e), c)) })
 }
 
@@ -57,7 +60,7 @@ impl Client {
                 self.rx.recv().await
             };
             match received {
-                Ok(event) if self.sent < MAX_EVENTS_PER_SEC => {
+                Ok(event) if self.sent < self.max_per_sec => {
                     self.sent += 1;
                     return Some(Event::default().event(event.kind).data(event.data.as_str()));
                 }
