@@ -1,8 +1,9 @@
 //! Streams and syncs into Iceberg tables of a real REST catalog (lakana-server, PyPI), written
 //! through DuckDB's iceberg extension and read back by pyiceberg: HTTP push and Kafka appended
 //! exactly once across two kill -9 with a column added mid-stream, Postgres CDC mirrored (snapshot,
-//! updates, deletes) equal to the source, a mirror sync whose inserts, updates and deletes show
-//! after each run, and a warehouse on S3 (moto).
+//! updates, deletes) equal to the source, a Debezium mirror compacted (its position deletes
+//! folded into one file), a mirror sync whose inserts, updates and deletes show
+//! after each run, and a warehouse on S3 (moto), compacted there.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -134,6 +135,13 @@ async fn debezium_over_kafka_mirrored_into_iceberg_across_two_kill_9() {
     wait_slowly("the last change in the table", Duration::from_secs(240), || rows().last() == last.as_ref()).await;
     wait_slowly("the table to equal the final state", Duration::from_secs(60), || rows() == want).await;
     assert_eq!(rows(), want);
+    // A compaction folds the mirror's position deletes into one file of the live rows.
+    let r = server.http.post(server.url("/api/streams/d/compact")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let report: serde_json::Value = r.json().await.unwrap();
+    assert!(report["before"]["delete_files"].as_u64() > Some(0), "{report}");
+    assert_eq!((report["after"]["files"].as_u64(), report["after"]["delete_files"].as_u64()), (Some(1), Some(0)));
+    assert_eq!(rows(), want, "the final state after the compaction: {report}");
     let (_, metrics) = server.get("/api/streams/d/metrics").await;
     assert_eq!(metrics["state"], "running", "{metrics}");
 }
@@ -252,6 +260,12 @@ async fn an_iceberg_table_with_its_files_on_s3() {
         moto.boto()
     ));
     assert!(listed.trim().parse::<u32>().unwrap() >= 1, "data files in the bucket: {listed}");
+    // Compaction writes its file and manifests into the bucket too.
+    let r = server.http.post(server.url("/api/streams/s/compact")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let report: serde_json::Value = r.json().await.unwrap();
+    assert!(report["before"]["files"].as_u64() > Some(1) && report["after"]["files"] == 1, "{report}");
+    assert_eq!(catalog.read("events", "SELECT count(*), count(DISTINCT id) FROM t"), Some(vec!["120|120".to_string()]));
 }
 
 /// An integer column that then gets fractions: Iceberg cannot widen an integer column to double,

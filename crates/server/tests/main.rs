@@ -31,6 +31,7 @@ mod destinations_ducklake_upkeep;
 mod destinations_files;
 mod destinations_http;
 mod destinations_iceberg;
+mod destinations_iceberg_upkeep;
 mod destinations_mariadb;
 mod destinations_names;
 mod destinations_snowflake;

@@ -87,6 +87,14 @@ impl DeliverySink {
             });
             tokio::spawn(upkeep);
         }
+        if let DestinationConfig::Iceberg(ice) = config {
+            let mut ice = ice.clone();
+            ice.table.clone_from(&stream_config.table);
+            let alive = Arc::downgrade(&destination);
+            let upkeep =
+                crate::iceberg::upkeep(stream.to_string(), ice, metrics.clone(), move || alive.strong_count() > 0);
+            tokio::spawn(upkeep);
+        }
         let stamps = !matches!(config, DestinationConfig::Http(_));
         let changes = match config {
             DestinationConfig::Postgres(c) => c.custom_sql.is_some(),

@@ -53,6 +53,39 @@ pub struct IcebergConfig {
     /// default `SLUICE_DUCKDB_EXTENSIONS`, else DuckDB's own. Nothing is downloaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extension_directory: Option<PathBuf>,
+    /// Small-file upkeep of the stream's table.
+    #[serde(default)]
+    pub compaction: IcebergCompaction,
+}
+
+/// Small-file upkeep: each write is a commit with a data file (and a mirror's deletes position
+/// delete files), so a stream leaves many small files. A compaction rewrites the table's live
+/// rows into one file in a `replace` snapshot, then expires old snapshots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IcebergCompaction {
+    /// Seconds between two compactions; 0 compacts only on demand
+    /// (`POST /api/streams/:id/compact`).
+    #[serde(default = "default_every")]
+    pub every_s: u64,
+    /// Seconds of snapshots kept for time travel; older ones are expired (their files stay in
+    /// the store for the catalog's or an engine's orphan-file cleanup).
+    #[serde(default = "default_keep")]
+    pub keep_snapshots_s: u64,
+}
+
+impl Default for IcebergCompaction {
+    fn default() -> Self {
+        Self { every_s: default_every(), keep_snapshots_s: default_keep() }
+    }
+}
+
+fn default_every() -> u64 {
+    600
+}
+
+fn default_keep() -> u64 {
+    3600
 }
 
 fn default_namespace() -> String {

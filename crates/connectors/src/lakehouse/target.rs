@@ -49,6 +49,12 @@ pub(crate) fn shared(config: &impl Lakehouse) -> Lake {
     lake
 }
 
+/// Drop the lake's attachment: the next user attaches anew (after a commit made past DuckDB,
+/// which its attachment has not seen).
+pub(crate) fn reset(lake: &Lake) {
+    *lake.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+}
+
 /// Run `work` on the attached lake off the async threads; an error drops the attachment.
 pub(crate) async fn on_lake<C, T, F>(lake: &Lake, config: &C, work: F) -> Result<T>
 where

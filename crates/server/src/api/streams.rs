@@ -249,8 +249,9 @@ async fn set_paused(state: &AppState, id: &str, paused: bool) -> Result<Json<Val
 
 /// `POST /api/streams/:id/compact`: compact a lake destination's tables now. DuckLake: rewrite
 /// much-deleted files, merge small ones, expire old snapshots, remove unread files. Delta: merge
-/// small files, write a checkpoint, delete what the retention no longer keeps. The stream goes
-/// on meanwhile. 409 for other destinations.
+/// small files, write a checkpoint, delete what the retention no longer keeps. Iceberg: the
+/// live rows into one file (a `replace` snapshot), old snapshots expired. The stream goes on
+/// meanwhile. 409 for other destinations.
 pub async fn compact(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let stream = super::running_stream(&state, &id).await?;
     let (report, what) = match &stream.config.destination {
@@ -268,10 +269,16 @@ pub async fn compact(State(state): State<AppState>, Path(id): Path<String>) -> R
             let what = format!("Delta compacted: {} files to {}", report.before.files, report.after.files);
             (json!(report), what)
         }
+        Some(sluice_connectors::DestinationConfig::Iceberg(ice)) => {
+            let report = sluice_connectors::iceberg::compact(ice, std::slice::from_ref(&stream.config.table)).await?;
+            sluice_connectors::iceberg::record(&stream.metrics, &report);
+            let what = format!("Iceberg compacted: {} files to {}", report.before.files, report.after.files);
+            (json!(report), what)
+        }
         _ => {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
-                format!("stream '{id}' does not write a DuckLake or Delta table; only those are compacted"),
+                format!("stream '{id}' does not write a DuckLake, Delta or Iceberg table; only those are compacted"),
             ));
         }
     };
