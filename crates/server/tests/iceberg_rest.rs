@@ -57,8 +57,10 @@ impl IcebergRest {
 
     /// A destination into namespace `bronze` (lakana keeps tables under bronze, silver, gold).
     pub fn destination(&self) -> Value {
+        // Compaction on demand only, and of tables of two files or more.
         let mut destination = json!({"kind": "iceberg", "endpoint": self.uri, "warehouse": self.warehouse,
-                                     "token": self.token, "namespace": "bronze", "simple_create": true});
+                                     "token": self.token, "namespace": "bronze", "simple_create": true,
+                                     "compaction": {"every_s": 0, "min_files": 2}});
         if let Some(endpoint) = &self.s3 {
             destination["s3"] = json!({"endpoint": endpoint, "access_key_id": "test", "secret_access_key": "test"});
         }

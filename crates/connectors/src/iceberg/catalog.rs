@@ -72,12 +72,16 @@ impl Catalog {
         Ok(Self { http, table_url, token, namespace, table: table.to_string() })
     }
 
-    /// The table's metadata now.
-    pub async fn load(&self) -> Result<Loaded> {
+    /// The table's metadata now; `None` when the catalog has no such table (yet).
+    pub async fn load(&self) -> Result<Option<Loaded>> {
         let request = with_token(self.http.get(self.table_url.clone()), self.token.as_deref());
-        let body = answer(request.send().await, "loading the table").await?;
+        let response = request.send().await;
+        if response.as_ref().is_ok_and(|r| r.status() == reqwest::StatusCode::NOT_FOUND) {
+            return Ok(None);
+        }
+        let body = answer(response, "loading the table").await?;
         let location = body["metadata-location"].as_str().unwrap_or_default().to_string();
-        Ok(Loaded { location, metadata: body["metadata"].clone() })
+        Ok(Some(Loaded { location, metadata: body["metadata"].clone() }))
     }
 
     /// Commit `updates` to the table if `requirements` still hold; a table that changed

@@ -1,6 +1,7 @@
 //! Small-file upkeep of an Iceberg table: its live rows (position deletes applied) rewritten
 //! into one Parquet file, committed as a `replace` snapshot whose manifest lists that file
-//! alone, then snapshots older than `keep_snapshots_s` expired. It holds the lake's attachment
+//! alone (and every file it replaces as DELETED), then, when `keep_snapshots_s` is set,
+//! snapshots older than that expired. It holds the lake's attachment
 //! from reading the table to its commit, so the stream's writes wait for it rather than race
 //! it; the commit also requires the snapshot it read, so another writer's commit in between
 //! makes it fail (and run again later) instead of dropping rows.
@@ -14,9 +15,9 @@ use serde_json::{Value, json};
 use sluice_core::{Error, ErrorKind, Result, StreamMetrics};
 
 use super::IcebergConfig;
-use super::avro::{Record, container};
 use super::catalog::{Catalog, Loaded};
-use crate::lakehouse::{Lake, lake_error, on_lake, shared};
+use super::manifest::{self, DataFile, Entry, Listed};
+use crate::lakehouse::{Lake, Lakehouse, lake_error, on_lake_detaching, shared};
 
 /// The live files of a table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -51,12 +52,14 @@ pub async fn compact(config: &IcebergConfig, tables: &[String]) -> Result<Compac
     let started = Instant::now();
     let lake = shared(config);
     let mut report = CompactionReport::default();
+    let redact = |e: Error| Error::new(e.kind(), config.redact(e.message()));
     for table in tables {
-        let catalog = Arc::new(Catalog::connect(config, table).await?);
+        let catalog = Arc::new(Catalog::connect(config, table).await.map_err(redact)?);
         let (before, after) = rewrite(&lake, config, catalog.clone()).await?;
         add(&mut report.before, before);
         add(&mut report.after, after);
-        match expire(&catalog, config.compaction.keep_snapshots_s).await {
+        let Some(keep) = config.compaction.keep_snapshots_s else { continue };
+        match expire(&catalog, keep).await.map_err(redact) {
             Ok(n) => report.expired_snapshots += n,
             Err(e) => {
                 tracing::warn!(error = %e, "Iceberg: old snapshots not expired; the compaction itself is committed.");
@@ -105,39 +108,69 @@ pub fn record(metrics: &StreamMetrics, report: &CompactionReport) {
 }
 
 /// The table's live rows into one file, committed in place of its files; the figures before
-/// and after. A table with one data file and no deletes is left as it is.
+/// and after. A table with fewer than `min_files` files (data and delete files) is left as it
+/// is, and so is one the catalog does not have (yet).
 async fn rewrite(lake: &Lake, config: &IcebergConfig, catalog: Arc<Catalog>) -> Result<(FileFigures, FileFigures)> {
     let handle = tokio::runtime::Handle::current();
-    let result = on_lake(lake, config, move |conn, config| {
-        let loaded = handle.block_on(catalog.load())?;
+    on_lake_detaching(lake, config, move |conn, config| {
+        let Some(loaded) = handle.block_on(catalog.load())? else { return Ok(Default::default()) };
         let table = Table::of(&loaded)?;
-        let Some(current) = table.snapshot else {
-            return Ok((FileFigures::default(), FileFigures::default()));
+        let (Some(current), Some(list)) = (table.snapshot, table.manifest_list.clone()) else {
+            return Ok(Default::default());
         };
-        let before = figures(conn, &loaded.location)?;
-        if before.files <= 1 && before.delete_files == 0 {
-            return Ok((before, before));
+        let entries = manifest::live_entries(conn, &list)?;
+        let (data, deletes): (Vec<&Entry>, Vec<&Entry>) = entries.iter().partition(|e| e.file.content == 0);
+        let before = FileFigures {
+            files: data.len() as u64,
+            delete_files: deletes.len() as u64,
+            records: data.iter().map(|e| e.file.records as u64).sum(),
+        };
+        if (entries.len() as u64) < config.compaction.min_files.max(2) {
+            return Ok(((before, before), false));
+        }
+        if deletes.iter().any(|e| e.file.content == 2) {
+            // Another engine's equality deletes: not applied here with certainty.
+            return Err(Error::new(
+                ErrorKind::Fatal,
+                "Iceberg compaction: tables with equality deletes are not compacted",
+            ));
         }
         let store = Store::new(config, &table.location)?;
         let id = rand::random::<u64>() >> 1;
         let name = hex_name();
-        let data = format!("{}/data/sluice-compacted-{name}.parquet", table.location);
+        let path = format!("{}/data/sluice-compacted-{name}.parquet", table.location);
         let sql = format!(
             "COPY (SELECT * FROM iceberg_scan('{}')) TO '{}' (FORMAT parquet, FIELD_IDS {})",
             literal(&loaded.location),
-            literal(&store.local_or_url(&data)),
+            literal(&store.local_or_url(&path)),
             field_ids(&table.fields)?
         );
-        let rows: u64 = conn.query_row(&sql, [], |r| r.get::<_, i64>(0)).map_err(lake_error)? as u64;
-        let size = handle.block_on(store.size(&data))?;
+        let rows = conn.query_row(&sql, [], |r| r.get::<_, i64>(0)).map_err(lake_error)?;
+        let size = handle.block_on(store.size(&path))? as i64;
+        let compacted = DataFile { content: 0, path, format: "PARQUET".into(), records: rows, size };
         let sequence = table.last_sequence + 1;
-        let manifest = format!("{}/metadata/sluice-{name}-m0.avro", table.location);
-        let manifest_bytes = manifest_file(&table, id, &data, rows, size);
-        let manifest_len = manifest_bytes.len() as u64;
-        handle.block_on(store.put(&manifest, manifest_bytes))?;
+        let mut listed = Vec::new();
+        for (deleted, is_deletes) in [(&data, false), (&deletes, true)] {
+            let added = (!is_deletes).then_some(&compacted);
+            if deleted.is_empty() && added.is_none() {
+                continue;
+            }
+            let bytes = manifest::manifest(&table.schema, table.schema_id, id, added, deleted, is_deletes);
+            let path = format!("{}/metadata/sluice-{name}-m{}.avro", table.location, listed.len());
+            let length = bytes.len() as u64;
+            handle.block_on(store.put(&path, bytes))?;
+            listed.push(Listed {
+                path,
+                length,
+                deletes: is_deletes,
+                added_files: i64::from(added.is_some()),
+                deleted_files: deleted.len() as i64,
+                added_rows: added.map_or(0, |f| f.records),
+                deleted_rows: deleted.iter().map(|e| e.file.records).sum(),
+            });
+        }
         let list = format!("{}/metadata/snap-{id}-sluice-{name}.avro", table.location);
-        let list_bytes = manifest_list(id, current, sequence, &manifest, manifest_len, rows);
-        handle.block_on(store.put(&list, list_bytes))?;
+        handle.block_on(store.put(&list, manifest::manifest_list(id, current, sequence, &listed)))?;
         let summary = json!({
             "operation": "replace",
             "added-data-files": "1",
@@ -171,26 +204,44 @@ async fn rewrite(lake: &Lake, config: &IcebergConfig, catalog: Arc<Catalog>) -> 
                 json!({"action": "add-snapshot", "snapshot": snapshot}),
                 json!({"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": id}),
             ],
-        ))?;
+        ));
+        let committed = match committed {
+            Ok(committed) => committed,
+            Err(e) => {
+                // A refusal (the table moved on: 409) leaves nothing that reads these files; an
+                // unknown outcome (5xx, no answer) may have committed them, so they stay.
+                if e.message().contains("HTTP 409") {
+                    let written = listed.iter().map(|m| m.path.clone()).chain([list, compacted.path.clone()]);
+                    for url in written {
+                        let _ = handle.block_on(store.delete(&url));
+                    }
+                }
+                return Err(e);
+            }
+        };
+        // What readers see now, counted by DuckDB's extension, not by this code.
         let after = match committed["metadata-location"].as_str() {
             Some(location) => figures(conn, location)?,
-            None => FileFigures { files: 1, delete_files: 0, records: rows },
+            None => FileFigures { files: 1, delete_files: 0, records: rows as u64 },
         };
         tracing::info!(table = %table.location, before = before.files, deletes = before.delete_files, rows,
             "Iceberg table compacted.");
-        Ok((before, after))
+        // The attachment read the table before this commit: the next write attaches anew.
+        Ok(((before, after), true))
     })
-    .await;
-    // The attachment read the table before this commit: the next write attaches anew.
-    crate::lakehouse::reset(lake);
-    result
+    .await
 }
 
-/// Expire the snapshots older than `keep_s` seconds (never the current one); how many.
+/// Expire the snapshots older than `keep_s` seconds, except those a branch or tag points to;
+/// how many.
 async fn expire(catalog: &Catalog, keep_s: u64) -> Result<u64> {
-    let loaded = catalog.load().await?;
+    let Some(loaded) = catalog.load().await? else { return Ok(0) };
     let meta = &loaded.metadata;
     let Some(current) = meta["current-snapshot-id"].as_i64().filter(|id| *id >= 0) else { return Ok(0) };
+    let referenced: Vec<i64> = meta["refs"]
+        .as_object()
+        .map(|refs| refs.values().filter_map(|r| r["snapshot-id"].as_i64()).collect())
+        .unwrap_or_default();
     let cutoff = chrono::Utc::now().timestamp_millis() - (keep_s as i64).saturating_mul(1000);
     let old: Vec<i64> = meta["snapshots"]
         .as_array()
@@ -198,7 +249,7 @@ async fn expire(catalog: &Catalog, keep_s: u64) -> Result<u64> {
             s.iter()
                 .filter(|s| s["timestamp-ms"].as_i64().is_some_and(|t| t < cutoff))
                 .filter_map(|s| s["snapshot-id"].as_i64())
-                .filter(|id| *id != current)
+                .filter(|id| *id != current && !referenced.contains(id))
                 .collect()
         })
         .unwrap_or_default();
@@ -215,6 +266,7 @@ struct Table {
     uuid: String,
     location: String,
     snapshot: Option<i64>,
+    manifest_list: Option<String>,
     last_sequence: i64,
     schema_id: i64,
     schema: Value,
@@ -244,10 +296,17 @@ impl Table {
             .cloned()
             .ok_or_else(|| refuse("the table's current schema is missing"))?;
         let fields = schema["fields"].as_array().cloned().unwrap_or_default();
+        let snapshot = m["current-snapshot-id"].as_i64().filter(|id| *id >= 0);
+        let manifest_list = m["snapshots"]
+            .as_array()
+            .and_then(|all| all.iter().find(|s| s["snapshot-id"].as_i64() == snapshot))
+            .and_then(|s| s["manifest-list"].as_str())
+            .map(str::to_string);
         Ok(Self {
             uuid: m["table-uuid"].as_str().unwrap_or_default().to_string(),
             location: m["location"].as_str().unwrap_or_default().trim_end_matches('/').to_string(),
-            snapshot: m["current-snapshot-id"].as_i64().filter(|id| *id >= 0),
+            snapshot,
+            manifest_list,
             last_sequence: m["last-sequence-number"].as_i64().unwrap_or(0),
             schema_id,
             schema,
@@ -316,44 +375,6 @@ fn ids_of(id: Option<i64>, ty: &Value) -> Result<String> {
     Ok(format!("{{'__duckdb_field_id': {id}, {}}}", inner.join(", ")))
 }
 
-const MANIFEST_SCHEMA: &str = r#"{"type":"record","name":"manifest_entry","fields":[{"name":"status","type":"int","field-id":0},{"name":"snapshot_id","type":["null","long"],"default":null,"field-id":1},{"name":"sequence_number","type":["null","long"],"default":null,"field-id":3},{"name":"file_sequence_number","type":["null","long"],"default":null,"field-id":4},{"name":"data_file","type":{"type":"record","name":"r2","fields":[{"name":"content","type":"int","field-id":134},{"name":"file_path","type":"string","field-id":100},{"name":"file_format","type":"string","field-id":101},{"name":"partition","type":{"type":"record","name":"r102","fields":[]},"field-id":102},{"name":"record_count","type":"long","field-id":103},{"name":"file_size_in_bytes","type":"long","field-id":104}]},"field-id":2}]}"#;
-
-const MANIFEST_LIST_SCHEMA: &str = r#"{"type":"record","name":"manifest_file","fields":[{"name":"manifest_path","type":"string","field-id":500},{"name":"manifest_length","type":"long","field-id":501},{"name":"partition_spec_id","type":"int","field-id":502},{"name":"content","type":"int","field-id":517},{"name":"sequence_number","type":"long","field-id":515},{"name":"min_sequence_number","type":"long","field-id":516},{"name":"added_snapshot_id","type":"long","field-id":503},{"name":"added_files_count","type":"int","field-id":504},{"name":"existing_files_count","type":"int","field-id":505},{"name":"deleted_files_count","type":"int","field-id":506},{"name":"added_rows_count","type":"long","field-id":512},{"name":"existing_rows_count","type":"long","field-id":513},{"name":"deleted_rows_count","type":"long","field-id":514}]}"#;
-
-/// A data manifest with one added file (its sequence number inherited from the snapshot).
-fn manifest_file(table: &Table, snapshot: u64, path: &str, rows: u64, size: u64) -> Vec<u8> {
-    let mut entry = Record::default();
-    entry.long(1); // ADDED
-    entry.some().long(snapshot as i64);
-    entry.null().null();
-    entry.long(0).bytes(path.as_bytes()).bytes(b"PARQUET").long(rows as i64).long(size as i64);
-    let meta = [
-        ("schema", table.schema.to_string()),
-        ("schema-id", table.schema_id.to_string()),
-        ("partition-spec", "[]".to_string()),
-        ("partition-spec-id", "0".to_string()),
-        ("format-version", "2".to_string()),
-        ("content", "data".to_string()),
-    ];
-    container(MANIFEST_SCHEMA, &meta, &[entry])
-}
-
-/// A manifest list of the one manifest.
-fn manifest_list(snapshot: u64, parent: i64, sequence: i64, manifest: &str, length: u64, rows: u64) -> Vec<u8> {
-    let mut entry = Record::default();
-    entry.bytes(manifest.as_bytes()).long(length as i64).long(0).long(0);
-    entry.long(sequence).long(sequence).long(snapshot as i64);
-    entry.long(1).long(0).long(0);
-    entry.long(rows as i64).long(0).long(0);
-    let meta = [
-        ("snapshot-id", snapshot.to_string()),
-        ("parent-snapshot-id", parent.to_string()),
-        ("sequence-number", sequence.to_string()),
-        ("format-version", "2".to_string()),
-    ];
-    container(MANIFEST_LIST_SCHEMA, &meta, &[entry])
-}
-
 /// Where the table's files are: a local folder (`file://`) or S3 (the destination's account).
 enum Store {
     Local,
@@ -399,6 +420,16 @@ impl Store {
                 .await
                 .map(|_| ())
                 .map_err(|e| Error::new(ErrorKind::Connect, format!("Iceberg compaction: writing {url}: {e}"))),
+        }
+    }
+
+    async fn delete(&self, url: &str) -> Result<()> {
+        match self {
+            Self::Local => std::fs::remove_file(local_path(url)).map_err(|e| io_error(url, &e)),
+            Self::S3(store) => store
+                .delete(&Self::object(url))
+                .await
+                .map_err(|e| Error::new(ErrorKind::Connect, format!("Iceberg compaction: removing {url}: {e}"))),
         }
     }
 

@@ -60,7 +60,8 @@ pub struct IcebergConfig {
 
 /// Small-file upkeep: each write is a commit with a data file (and a mirror's deletes position
 /// delete files), so a stream leaves many small files. A compaction rewrites the table's live
-/// rows into one file in a `replace` snapshot, then expires old snapshots.
+/// rows into one file in a `replace` snapshot (the whole table: for tables of many gigabytes,
+/// compact on demand at a quiet time), then expires old snapshots if asked to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IcebergCompaction {
@@ -68,24 +69,29 @@ pub struct IcebergCompaction {
     /// (`POST /api/streams/:id/compact`).
     #[serde(default = "default_every")]
     pub every_s: u64,
-    /// Seconds of snapshots kept for time travel; older ones are expired (their files stay in
-    /// the store for the catalog's or an engine's orphan-file cleanup).
-    #[serde(default = "default_keep")]
-    pub keep_snapshots_s: u64,
+    /// A compaction runs once the table has this many files (data and delete files).
+    #[serde(default = "default_min_files")]
+    pub min_files: u64,
+    /// Seconds of snapshots kept for time travel; older ones are expired, except those a
+    /// branch or tag points to (their files stay in the store for the catalog's or an engine's
+    /// orphan-file cleanup). Unset (the default): snapshots are left to the catalog's own
+    /// maintenance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_snapshots_s: Option<u64>,
 }
 
 impl Default for IcebergCompaction {
     fn default() -> Self {
-        Self { every_s: default_every(), keep_snapshots_s: default_keep() }
+        Self { every_s: default_every(), min_files: default_min_files(), keep_snapshots_s: None }
     }
+}
+
+fn default_min_files() -> u64 {
+    32
 }
 
 fn default_every() -> u64 {
     600
-}
-
-fn default_keep() -> u64 {
-    3600
 }
 
 fn default_namespace() -> String {

@@ -2,12 +2,13 @@
 //! Tables' endpoints, Nessie, …), written through DuckDB's `iceberg` extension by the lakehouse
 //! writer. A write is one commit per table, its position a table property in that commit.
 //! Compaction (`compact.rs`) commits through the catalog's own routes (`catalog.rs`), with
-//! manifests written here (`avro.rs`): DuckDB's extension has no rewrite.
+//! manifests written here (`manifest.rs`, `avro.rs`): DuckDB's extension has no rewrite.
 
 mod avro;
 mod catalog;
 mod compact;
 mod config;
+mod manifest;
 
 pub use compact::{CompactionReport, FileFigures, compact, record, upkeep};
 pub use config::{IcebergCompaction, IcebergConfig};

@@ -10,7 +10,7 @@ use duckdb::Connection;
 use sluice_core::{Result, Stamp};
 
 pub use target::LakeTarget;
-pub(crate) use target::{Lake, existing_columns, lake_error, on_lake, reset, shared};
+pub(crate) use target::{Lake, existing_columns, lake_error, on_lake, on_lake_detaching, shared};
 
 /// A lake format: its catalog, attached as `lake` on a DuckDB of the destination's own.
 pub trait Lakehouse: Clone + Send + Sync + 'static {

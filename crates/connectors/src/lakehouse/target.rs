@@ -49,18 +49,24 @@ pub(crate) fn shared(config: &impl Lakehouse) -> Lake {
     lake
 }
 
-/// Drop the lake's attachment: the next user attaches anew (after a commit made past DuckDB,
-/// which its attachment has not seen).
-pub(crate) fn reset(lake: &Lake) {
-    *lake.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-}
-
 /// Run `work` on the attached lake off the async threads; an error drops the attachment.
 pub(crate) async fn on_lake<C, T, F>(lake: &Lake, config: &C, work: F) -> Result<T>
 where
     C: Lakehouse,
     T: Send + 'static,
     F: FnOnce(&Connection, &C) -> Result<T> + Send + 'static,
+{
+    on_lake_detaching(lake, config, move |conn, config| work(conn, config).map(|t| (t, false))).await
+}
+
+/// [`on_lake`], for work that may commit past DuckDB (a compaction through the catalog's own
+/// routes): when it says so, the attachment, which has not seen that commit, is dropped before
+/// the lock is let go, so the next user attaches anew.
+pub(crate) async fn on_lake_detaching<C, T, F>(lake: &Lake, config: &C, work: F) -> Result<T>
+where
+    C: Lakehouse,
+    T: Send + 'static,
+    F: FnOnce(&Connection, &C) -> Result<(T, bool)> + Send + 'static,
 {
     let (lake, config) = (lake.clone(), config.clone());
     tokio::task::spawn_blocking(move || {
@@ -76,10 +82,10 @@ where
             *slot = Some(attach(&config)?);
         }
         let result = work(slot.as_ref().expect("attached just now"), &config);
-        if result.is_err() {
+        if result.as_ref().map_or(true, |(_, detach)| *detach) {
             *slot = None;
         }
-        result.map_err(|e| Error::new(e.kind(), config.redact(e.message())))
+        result.map(|(t, _)| t).map_err(|e| Error::new(e.kind(), config.redact(e.message())))
     })
     .await
     .map_err(|e| Error::new(ErrorKind::Fatal, "lake: a write panicked").with_source(e))?
