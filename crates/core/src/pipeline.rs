@@ -197,12 +197,12 @@ async fn gather(
     Ok((chunks, false))
 }
 
-/// Turn chunks into one write unit that moves the stream from `from` onwards.
 /// Whether every event of `chunk` was decoded into columns at the edge.
 fn is_predecoded(chunk: &Chunk) -> bool {
     !chunk.records.is_empty() && chunk.records.iter().all(|r| matches!(r.payload, crate::batch::Payload::Decoded(_)))
 }
 
+/// Turn chunks into one write unit that moves the stream from `from` onwards.
 fn decode(
     s: &mut Stream<'_>,
     chunks: Vec<Chunk>,

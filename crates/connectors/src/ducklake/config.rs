@@ -7,7 +7,7 @@ use duckdb::Connection;
 use serde::{Deserialize, Serialize};
 use sluice_core::{Error, Result, Secret, Stamp};
 
-use crate::lakehouse::{Lakehouse, existing_columns, lake_error};
+use crate::lakehouse::{Lakehouse, existing_columns, lake_error, literal};
 
 use crate::files::S3Config;
 
@@ -235,11 +235,6 @@ impl Lakehouse for DuckLakeConfig {
 /// The extension folder: the config's, else `SLUICE_DUCKDB_EXTENSIONS`, else DuckDB's own.
 pub(super) fn extension_dir(configured: &Option<PathBuf>) -> Option<PathBuf> {
     configured.clone().or_else(|| std::env::var_os("SLUICE_DUCKDB_EXTENSIONS").map(PathBuf::from))
-}
-
-/// `text` inside single quotes.
-pub(super) fn literal(text: &str) -> String {
-    text.replace('\'', "''")
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@ use duckdb::Connection;
 use serde::Serialize;
 use sluice_core::{ErrorKind, Result, StreamMetrics};
 
-use super::config::{DuckLakeConfig, literal};
-use crate::lakehouse::{Lake, lake_error, on_lake, shared};
+use super::config::DuckLakeConfig;
+use crate::lakehouse::{Lake, lake_error, literal, on_lake, shared};
 
 /// The data and delete files of a schema's tables.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

@@ -17,7 +17,7 @@ use sluice_core::{Error, ErrorKind, Result, StreamMetrics};
 use super::IcebergConfig;
 use super::catalog::{Catalog, Loaded};
 use super::manifest::{self, DataFile, Entry, Listed};
-use crate::lakehouse::{Lake, Lakehouse, lake_error, on_lake_detaching, shared};
+use crate::lakehouse::{Lake, Lakehouse, lake_error, literal, on_lake_detaching, shared};
 
 /// The live files of a table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -143,7 +143,7 @@ async fn rewrite(lake: &Lake, config: &IcebergConfig, catalog: Arc<Catalog>) -> 
             "COPY (SELECT * FROM iceberg_scan('{}')) TO '{}' (FORMAT parquet, FIELD_IDS {})",
             literal(&loaded.location),
             literal(&store.local_or_url(&path)),
-            field_ids(&table.fields)?
+            field_ids(table.schema["fields"].as_array().map_or(&[][..], Vec::as_slice))?
         );
         let rows = conn.query_row(&sql, [], |r| r.get::<_, i64>(0)).map_err(lake_error)?;
         let size = handle.block_on(store.size(&path))? as i64;
@@ -270,7 +270,6 @@ struct Table {
     last_sequence: i64,
     schema_id: i64,
     schema: Value,
-    fields: Vec<Value>,
 }
 
 impl Table {
@@ -295,7 +294,6 @@ impl Table {
             .and_then(|s| s.iter().find(|s| s["schema-id"].as_i64() == Some(schema_id)))
             .cloned()
             .ok_or_else(|| refuse("the table's current schema is missing"))?;
-        let fields = schema["fields"].as_array().cloned().unwrap_or_default();
         let snapshot = m["current-snapshot-id"].as_i64().filter(|id| *id >= 0);
         let manifest_list = m["snapshots"]
             .as_array()
@@ -310,7 +308,6 @@ impl Table {
             last_sequence: m["last-sequence-number"].as_i64().unwrap_or(0),
             schema_id,
             schema,
-            fields,
         })
     }
 }
@@ -461,10 +458,6 @@ fn io_error(path: &str, e: &std::io::Error) -> Error {
 /// A random name for the files of one compaction.
 fn hex_name() -> String {
     format!("{:032x}", rand::random::<u128>())
-}
-
-fn literal(text: &str) -> String {
-    text.replace('\'', "''")
 }
 
 #[cfg(test)]

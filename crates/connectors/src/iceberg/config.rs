@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use sluice_core::{Error, Result, Secret, Stamp};
 
 use crate::files::S3Config;
-use crate::lakehouse::{Lakehouse, lake_error};
+use crate::lakehouse::{Lakehouse, lake_error, literal};
 
 /// A table in an Iceberg REST catalog.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -294,11 +294,6 @@ fn positions(conn: &Connection, config: &IcebergConfig, owner: &str) -> Result<V
         }
     }
     Ok(out)
-}
-
-/// `text` inside single quotes.
-fn literal(text: &str) -> String {
-    text.replace('\'', "''")
 }
 
 #[cfg(test)]

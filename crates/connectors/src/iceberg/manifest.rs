@@ -8,7 +8,7 @@ use serde_json::Value;
 use sluice_core::Result;
 
 use super::avro::{Record, container};
-use crate::lakehouse::lake_error;
+use crate::lakehouse::{lake_error, literal};
 
 /// A data or delete file, as a manifest entry describes it.
 pub struct DataFile {
@@ -140,8 +140,4 @@ pub fn manifest_list(snapshot: u64, parent: i64, sequence: i64, manifests: &[Lis
         ("format-version", "2".to_string()),
     ];
     container(MANIFEST_LIST_SCHEMA, &meta, &records)
-}
-
-fn literal(text: &str) -> String {
-    text.replace('\'', "''")
 }

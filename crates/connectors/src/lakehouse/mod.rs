@@ -12,6 +12,11 @@ use sluice_core::{Result, Stamp};
 pub use target::LakeTarget;
 pub(crate) use target::{Lake, existing_columns, lake_error, on_lake, on_lake_detaching, shared};
 
+/// `text` for inside single quotes in DuckDB's SQL.
+pub(crate) fn literal(text: &str) -> String {
+    text.replace('\'', "''")
+}
+
 /// A lake format: its catalog, attached as `lake` on a DuckDB of the destination's own.
 pub trait Lakehouse: Clone + Send + Sync + 'static {
     /// The statements that attach the catalog as `lake` on a new connection.

@@ -1,6 +1,6 @@
 //! One live client of a feed, as server-sent events: at most `--feed-max-events-per-sec`
-//! ([`MAX_EVENTS_PER_SEC`] by default) events a second; what it cannot take (over that rate, or behind the channel) is skipped and counted in
-//! a `skipped` event.
+//! ([`MAX_EVENTS_PER_SEC`] by default) events a second; what it cannot take (over that rate, or
+//! behind the channel) is skipped and counted in a `skipped` event.
 
 use std::convert::Infallible;
 use std::sync::Arc;
