@@ -26,6 +26,12 @@ if ! "$PYTOOLS_PYTHON" -c "import pyiceberg" >/dev/null 2>&1; then
   echo "sluice: installing pyiceberg 0.12.0 (PyPI)" >&2
   "$PYTOOLS_VENV/bin/pip" install -q "pyiceberg==0.12.0"
 fi
+# SQLAlchemy and psycopg2, which pyiceberg's SqlCatalog reads an Iceberg SQL catalog through (a
+# SQLite file or Postgres), in tests of tables Sluice wrote there (their own check).
+if ! "$PYTOOLS_PYTHON" -c "import sqlalchemy, psycopg2" >/dev/null 2>&1; then
+  echo "sluice: installing SQLAlchemy 2.0.44 and psycopg2-binary 2.9.11 (PyPI)" >&2
+  "$PYTOOLS_VENV/bin/pip" install -q "sqlalchemy==2.0.44" "psycopg2-binary==2.9.11"
+fi
 # deltalake (delta-rs's Python package), the reader tests use to check Delta tables Sluice wrote
 # (its own check, so adding it never reinstalls the rest).
 if ! "$PYTOOLS_PYTHON" -c "import deltalake" >/dev/null 2>&1; then

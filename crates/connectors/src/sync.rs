@@ -196,6 +196,7 @@ impl DestinationConfig {
             Self::Iceberg(c) => {
                 keep(&mut out, "destination.token", c.token.as_ref());
                 keep(&mut out, "destination.client_secret", c.client_secret.as_ref());
+                keep(&mut out, "destination.sql.password", c.sql.as_ref().and_then(|s| s.database.password.as_ref()));
                 keep(
                     &mut out,
                     "destination.s3.secret_access_key",
@@ -255,6 +256,9 @@ impl DestinationConfig {
             Self::Iceberg(c) => {
                 restore(&mut c.token, secrets, "destination.token");
                 restore(&mut c.client_secret, secrets, "destination.client_secret");
+                if let Some(sql) = &mut c.sql {
+                    restore(&mut sql.database.password, secrets, "destination.sql.password");
+                }
                 if let Some(s3) = &mut c.s3 {
                     restore(&mut s3.secret_access_key, secrets, "destination.s3.secret_access_key");
                 }

@@ -65,7 +65,7 @@ fn group(k: u64, lsn: &mut u64) -> Vec<(Option<String>, Option<String>)> {
     out
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debezium_parents_and_children_go_through_custom_sql_in_dependency_order_across_kill_9() {
     let pg = Postgres::start();
     pg.sql(

@@ -24,7 +24,7 @@ fn pg_count(pg: &Postgres) -> i64 {
     pg.lines("SELECT count(*) FROM events")[0].parse().unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_to_postgres_append_exactly_once_across_two_kill_9() {
     let pg = Postgres::start();
     let broker = Broker::start();
@@ -112,7 +112,7 @@ async fn destination_configs_are_checked_field_by_field() {
 /// The destination goes away for 20 s under a stream of pushes: the stream says it is
 /// reconnecting, the pushes wait or are told to retry, and once it is back every event is in it
 /// once.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_destination_down_for_20_s_loses_nothing() {
     let pg = Postgres::start();
     let dir = DataDir::new("dest-down");

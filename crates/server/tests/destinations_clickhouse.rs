@@ -15,7 +15,7 @@ fn destination(ch: &ClickHouse) -> serde_json::Value {
     json!({"kind": "clickhouse", "url": ch.url()})
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_to_clickhouse_append_exactly_once_across_two_kill_9() {
     let ch = ClickHouse::start();
     let broker = Broker::start();
@@ -74,7 +74,7 @@ async fn kafka_to_clickhouse_append_exactly_once_across_two_kill_9() {
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debezium_over_kafka_mirrored_into_clickhouse_equals_the_final_state_across_kill_9() {
     let ch = ClickHouse::start();
     let broker = Broker::start();

@@ -67,7 +67,7 @@ pub fn changes(total: u64) -> (Vec<Message>, Vec<String>) {
     (out, want)
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debezium_over_kafka_mirrored_into_mariadb_exactly_once_across_two_kill_9() {
     let db = MariaDb::start();
     let broker = Broker::start();

@@ -23,7 +23,7 @@ fn pg_count(pg: &Postgres, table: &str) -> i64 {
     pg.lines(&format!("SELECT count(*) FROM {table}"))[0].parse().unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_to_postgres_staged_exactly_once_across_two_kill_9_in_few_transactions() {
     let pg = Postgres::start();
     let broker = Broker::start();

@@ -101,7 +101,7 @@ fn pg_count(pg: &Postgres) -> i64 {
     pg.lines("SELECT count(*) FROM orders")[0].parse().unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_rename_filter_and_computed_columns_reach_postgres_exactly_once_across_kill_9() {
     let pg = Postgres::start();
     let broker = Broker::start();

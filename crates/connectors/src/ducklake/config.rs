@@ -173,8 +173,8 @@ impl DuckLakeConfig {
 const POSITIONS: &str = "sluice_positions";
 
 impl Lakehouse for DuckLakeConfig {
-    fn attach_sql(&self) -> String {
-        self.attach_statements()
+    fn attach_sql(&self) -> Result<String> {
+        Ok(self.attach_statements())
     }
 
     fn schema(&self) -> &str {
@@ -274,7 +274,7 @@ mod tests {
             catalog_password: Some(Secret::new("p'w\\x")),
             ..config()
         };
-        let sql = c.attach_sql();
+        let sql = c.attach_sql().unwrap();
         let message = format!("Unable to connect: {sql} / host=h password='p\\'w\\\\x' / p'w\\x");
         let redacted = c.redact(&message);
         assert!(!redacted.contains("p'w") && !redacted.contains("p\\'w") && !redacted.contains("p''w"), "{redacted}");

@@ -28,6 +28,7 @@ pub struct Loaded {
 impl Catalog {
     /// Log in as `config` says (a token, OAuth2 client credentials, or none) and find `table`.
     pub async fn connect(config: &IcebergConfig, table: &str) -> Result<Self> {
+        let config = &config.rest()?;
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(60))
             .build()

@@ -17,6 +17,7 @@ use sluice_core::{Error, ErrorKind, Result, StreamMetrics};
 use super::IcebergConfig;
 use super::catalog::{Catalog, Loaded};
 use super::manifest::{self, DataFile, Entry, Listed};
+use super::store::Store;
 use crate::lakehouse::{Lake, Lakehouse, lake_error, literal, on_lake_detaching, shared};
 
 /// The live files of a table.
@@ -372,89 +373,6 @@ fn ids_of(id: Option<i64>, ty: &Value) -> Result<String> {
     Ok(format!("{{'__duckdb_field_id': {id}, {}}}", inner.join(", ")))
 }
 
-/// Where the table's files are: a local folder (`file://`) or S3 (the destination's account).
-enum Store {
-    Local,
-    S3(Arc<dyn object_store::ObjectStore>),
-}
-
-impl Store {
-    fn new(config: &IcebergConfig, location: &str) -> Result<Self> {
-        if let Some(rest) = location.strip_prefix("s3://") {
-            let bucket = rest.split('/').next().unwrap_or_default();
-            return Ok(Self::S3(crate::files::s3_store(bucket, config.s3.as_ref(), "destination.s3")?));
-        }
-        if location.starts_with("file:") || location.starts_with('/') {
-            return Ok(Self::Local);
-        }
-        Err(Error::new(ErrorKind::Fatal, format!("Iceberg compaction: files at '{location}' are not reachable")))
-    }
-
-    /// What DuckDB writes to: a local path, or the URL.
-    fn local_or_url(&self, url: &str) -> String {
-        match self {
-            Self::Local => local_path(url),
-            Self::S3(_) => url.to_string(),
-        }
-    }
-
-    fn object(url: &str) -> object_store::path::Path {
-        let rest = url.strip_prefix("s3://").unwrap_or(url);
-        object_store::path::Path::from(rest.split_once('/').map_or("", |(_, key)| key))
-    }
-
-    async fn put(&self, url: &str, bytes: Vec<u8>) -> Result<()> {
-        match self {
-            Self::Local => {
-                let path = local_path(url);
-                if let Some(parent) = std::path::Path::new(&path).parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| io_error(&path, &e))?;
-                }
-                std::fs::write(&path, bytes).map_err(|e| io_error(&path, &e))
-            }
-            Self::S3(store) => store
-                .put(&Self::object(url), bytes.into())
-                .await
-                .map(|_| ())
-                .map_err(|e| Error::new(ErrorKind::Connect, format!("Iceberg compaction: writing {url}: {e}"))),
-        }
-    }
-
-    async fn delete(&self, url: &str) -> Result<()> {
-        match self {
-            Self::Local => std::fs::remove_file(local_path(url)).map_err(|e| io_error(url, &e)),
-            Self::S3(store) => store
-                .delete(&Self::object(url))
-                .await
-                .map_err(|e| Error::new(ErrorKind::Connect, format!("Iceberg compaction: removing {url}: {e}"))),
-        }
-    }
-
-    async fn size(&self, url: &str) -> Result<u64> {
-        match self {
-            Self::Local => {
-                let path = local_path(url);
-                std::fs::metadata(&path).map(|m| m.len()).map_err(|e| io_error(&path, &e))
-            }
-            Self::S3(store) => store
-                .head(&Self::object(url))
-                .await
-                .map(|m| m.size)
-                .map_err(|e| Error::new(ErrorKind::Connect, format!("Iceberg compaction: reading {url}: {e}"))),
-        }
-    }
-}
-
-/// `file:///a/b` (or `file:/a/b`) as `/a/b`.
-fn local_path(url: &str) -> String {
-    let rest = url.strip_prefix("file://").or_else(|| url.strip_prefix("file:")).unwrap_or(url);
-    rest.to_string()
-}
-
-fn io_error(path: &str, e: &std::io::Error) -> Error {
-    Error::new(ErrorKind::Connect, format!("Iceberg compaction: {path}: {e}"))
-}
-
 /// A random name for the files of one compaction.
 fn hex_name() -> String {
     format!("{:032x}", rand::random::<u128>())
@@ -472,12 +390,5 @@ mod tests {
         )
         .unwrap();
         assert_eq!(field_ids(&fields).unwrap(), "{'id': 1, 'tags': {'__duckdb_field_id': 2, 'element': 3}}");
-    }
-
-    #[test]
-    fn local_locations_become_paths() {
-        assert_eq!(local_path("file:///tmp/w/t"), "/tmp/w/t");
-        assert_eq!(local_path("file:/tmp/w/t"), "/tmp/w/t");
-        assert_eq!(Store::object("s3://bucket/w/t/data/x.parquet").as_ref(), "w/t/data/x.parquet");
     }
 }

@@ -1,5 +1,6 @@
-//! Where an Iceberg table lives: a REST catalog, its warehouse and namespace, how to log in,
-//! and the S3 account of the data files when the catalog does not hand out credentials.
+//! Where an Iceberg table lives: a REST catalog (or a SQL catalog, served to DuckDB through
+//! Sluice's own REST front), its warehouse and namespace, how to log in, and the S3 account of
+//! the data files when the catalog does not hand out credentials.
 
 use std::path::PathBuf;
 
@@ -7,16 +8,23 @@ use duckdb::Connection;
 use serde::{Deserialize, Serialize};
 use sluice_core::{Error, Result, Secret, Stamp};
 
+use super::sql_catalog::{self, IcebergSqlCatalog};
 use crate::files::S3Config;
 use crate::lakehouse::{Lakehouse, lake_error, literal};
 
-/// A table in an Iceberg REST catalog.
+/// A table in an Iceberg REST catalog, or in a SQL catalog.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IcebergConfig {
-    /// The REST catalog's base URL (the part before `/v1/`).
+    /// The REST catalog's base URL (the part before `/v1/`); leave out with `sql`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub endpoint: String,
-    /// The warehouse the catalog serves, as the catalog names it.
+    /// An Iceberg SQL (JDBC) catalog in place of a REST one: its SQLite file or Postgres
+    /// database, and where new tables go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql: Option<IcebergSqlCatalog>,
+    /// The warehouse the catalog serves, as the catalog names it; for a SQL catalog, its
+    /// `catalog_name` (default `sluice`).
     #[serde(default)]
     pub warehouse: String,
     /// A bearer token for the catalog; never serialized back. Without it (and without
@@ -112,8 +120,19 @@ impl IcebergConfig {
 
     /// Check every field but the table (a stream's destination takes the stream's); pure.
     pub fn validate_connection(&self) -> Result<()> {
-        if !(self.endpoint.starts_with("http://") || self.endpoint.starts_with("https://")) {
-            return Err(Error::config("destination.endpoint", "the REST catalog's http(s):// URL"));
+        if let Some(sql) = &self.sql {
+            if !self.endpoint.is_empty() {
+                return Err(Error::config("destination.endpoint", "give a REST endpoint or a SQL catalog, not both"));
+            }
+            if self.token.is_some() || self.client_id.is_some() {
+                return Err(Error::config("destination.token", "a SQL catalog takes no token: it is its database"));
+            }
+            if !self.warehouse.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                return Err(Error::config("destination.warehouse", "the catalog's name: letters, digits, _ and -"));
+            }
+            sql.validate()?;
+        } else if !(self.endpoint.starts_with("http://") || self.endpoint.starts_with("https://")) {
+            return Err(Error::config("destination.endpoint", "the REST catalog's http(s):// URL, or `sql`"));
         }
         for (field, value) in
             [("endpoint", &self.endpoint), ("warehouse", &self.warehouse), ("namespace", &self.namespace)]
@@ -135,8 +154,30 @@ impl IcebergConfig {
     }
 }
 
-impl Lakehouse for IcebergConfig {
-    fn attach_sql(&self) -> String {
+impl IcebergConfig {
+    /// The REST catalog DuckDB and the compaction talk to: this config, or for a SQL catalog
+    /// the same with the endpoint and token of Sluice's front for it (started on first use).
+    pub(crate) fn rest(&self) -> Result<IcebergConfig> {
+        let Some(sql) = &self.sql else { return Ok(self.clone()) };
+        let warehouse = if self.warehouse.is_empty() { "sluice" } else { &self.warehouse };
+        let front = sql_catalog::serve(sql, warehouse, self.s3.as_ref())?;
+        Ok(IcebergConfig {
+            endpoint: front.endpoint,
+            sql: None,
+            warehouse: warehouse.to_string(),
+            token: Some(Secret::new(front.token)),
+            client_id: None,
+            client_secret: None,
+            oauth2_server_uri: None,
+            multi_table_commit: false,
+            simple_create: false,
+            ..self.clone()
+        })
+    }
+
+    /// The statements that attach the REST catalog as `lake`; `stage_create` off when the
+    /// catalog takes no staged create.
+    fn attach_rest(&self, stage_create: bool) -> Result<String> {
         let mut sql = String::from("SET autoinstall_known_extensions = false; SET autoload_known_extensions = false; ");
         if let Some(dir) = self.extensions() {
             sql.push_str(&format!("SET extension_directory = '{}'; ", literal(&dir.display().to_string())));
@@ -173,13 +214,24 @@ impl Lakehouse for IcebergConfig {
         } else {
             ""
         };
+        let create = if stage_create || self.simple_create { create } else { ", STAGE_CREATE_TABLES false" };
         sql.push_str(&format!(
             "ATTACH '{}' AS lake (TYPE iceberg, ENDPOINT '{}', {auth}, DISABLE_MULTI_TABLE_COMMIT {}{create})",
             literal(&self.warehouse),
             literal(&self.endpoint),
             !self.multi_table_commit
         ));
-        sql
+        Ok(sql)
+    }
+}
+
+impl Lakehouse for IcebergConfig {
+    fn attach_sql(&self) -> Result<String> {
+        match &self.sql {
+            // Sluice's front takes no staged create.
+            Some(_) => self.rest()?.attach_rest(false),
+            None => self.attach_rest(true),
+        }
     }
 
     fn schema(&self) -> &str {
@@ -195,6 +247,7 @@ impl Lakehouse for IcebergConfig {
             self.token.as_ref(),
             self.client_secret.as_ref(),
             self.s3.as_ref().and_then(|s| s.secret_access_key.as_ref()),
+            self.sql.as_ref().and_then(|s| s.database.password.as_ref()),
         ];
         let mut out = message.to_string();
         for secret in secrets.into_iter().flatten().map(Secret::expose).filter(|s| !s.is_empty()) {
@@ -220,7 +273,10 @@ impl Lakehouse for IcebergConfig {
     }
 
     fn catalog_name(&self) -> String {
-        format!("{} (warehouse '{}')", self.endpoint, self.warehouse)
+        match &self.sql {
+            Some(sql) => format!("{} (catalog '{}')", sql.describe(), self.warehouse),
+            None => format!("{} (warehouse '{}')", self.endpoint, self.warehouse),
+        }
     }
 
     /// A table property of each table the write touched (or, for a write of no rows, each
@@ -323,11 +379,11 @@ mod tests {
     #[test]
     fn the_token_is_sent_quoted_and_redacted_from_messages() {
         let c = config();
-        let sql = c.attach_sql();
+        let sql = c.attach_sql().unwrap();
         assert!(sql.contains("TOKEN 't0k''en'") && sql.contains("DISABLE_MULTI_TABLE_COMMIT true"), "{sql}");
         assert!(!c.redact(&format!("failed: {sql} / t0k'en")).contains("t0k"));
         let simple = IcebergConfig { simple_create: true, token: None, ..config() };
-        let sql = simple.attach_sql();
+        let sql = simple.attach_sql().unwrap();
         assert!(sql.contains("AUTHORIZATION_TYPE 'none'") && sql.contains("STAGE_CREATE_TABLES false"), "{sql}");
     }
 }

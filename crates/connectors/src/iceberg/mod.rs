@@ -9,9 +9,12 @@ mod catalog;
 mod compact;
 mod config;
 mod manifest;
+mod sql_catalog;
+mod store;
 
 pub use compact::{CompactionReport, FileFigures, compact, record, upkeep};
 pub use config::{IcebergCompaction, IcebergConfig};
+pub use sql_catalog::{IcebergSqlCatalog, SqlCatalogDatabase};
 
 /// Writes Iceberg tables.
 pub type IcebergTarget = crate::lakehouse::LakeTarget<IcebergConfig>;

@@ -19,8 +19,9 @@ pub(crate) fn literal(text: &str) -> String {
 
 /// A lake format: its catalog, attached as `lake` on a DuckDB of the destination's own.
 pub trait Lakehouse: Clone + Send + Sync + 'static {
-    /// The statements that attach the catalog as `lake` on a new connection.
-    fn attach_sql(&self) -> String;
+    /// The statements that attach the catalog as `lake` on a new connection (for a catalog
+    /// Sluice serves itself, after starting it).
+    fn attach_sql(&self) -> Result<String>;
     /// The schema (namespace) of the tables.
     fn schema(&self) -> &str;
     /// The table of a sync; empty for a stream (its deliveries name theirs).

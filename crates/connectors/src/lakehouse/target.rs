@@ -37,8 +37,9 @@ pub(crate) type Lake = Arc<Mutex<Option<Connection>>>;
 pub(crate) fn shared(config: &impl Lakehouse) -> Lake {
     type Attachments = Mutex<HashMap<String, Weak<Mutex<Option<Connection>>>>>;
     static LAKES: LazyLock<Attachments> = LazyLock::new(Mutex::default);
-    // Everything the attachment is made of (extensions, S3 account, catalog and its password).
-    let key = config.attach_sql();
+    // Everything the attachment is made of (extensions, S3 account, catalog and its password);
+    // a catalog that cannot be served keys on its error, which `attach` then reports.
+    let key = config.attach_sql().unwrap_or_else(|e| e.to_string());
     let mut lakes = LAKES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     lakes.retain(|_, lake| lake.strong_count() > 0);
     if let Some(lake) = lakes.get(&key).and_then(Weak::upgrade) {
@@ -111,7 +112,8 @@ impl<C: Lakehouse> LakeTarget<C> {
 pub(crate) fn attach(config: &impl Lakehouse) -> Result<Connection> {
     let conn = Connection::open_in_memory().map_err(lake_error)?;
     conn.execute_batch("SET memory_limit = '256MB'; SET threads = 2").map_err(lake_error)?;
-    conn.execute_batch(&config.attach_sql()).map_err(|e| {
+    let sql = config.attach_sql().map_err(|e| Error::new(e.kind(), config.redact(e.message())))?;
+    conn.execute_batch(&sql).map_err(|e| {
         let e = attach_error(config, &e);
         Error::new(e.kind(), config.redact(e.message()))
     })?;

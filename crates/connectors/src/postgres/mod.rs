@@ -4,7 +4,7 @@
 mod apply;
 mod cdc;
 mod checks;
-mod config;
+pub(crate) mod config;
 mod custom;
 /// The pure parsers of the replication stream, for the property tests and the fuzz targets
 /// (`fuzz/`, which include `fuzz.rs`, `pgoutput.rs`, `types.rs` and `values.rs` by path). Not

@@ -1,0 +1,169 @@
+//! Streams and syncs into Iceberg tables of a SQL catalog (the JDBC catalog's tables), written
+//! through DuckDB's iceberg extension and Sluice's REST front for the catalog, and read back by
+//! pyiceberg's SqlCatalog and DuckDB: HTTP push into a SQLite catalog exactly once across two
+//! kill -9 with a column added mid-stream, then compacted; Postgres CDC mirrored into a catalog
+//! kept in Postgres; a mirror sync whose inserts, updates and deletes show after each run, its
+//! files (metadata and data) in an S3 bucket (moto).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::harness::{DataDir, Server, wait_slowly, wait_until};
+use crate::iceberg_sql::IcebergSql;
+use crate::postgres::Postgres;
+
+async fn written(server: &Server, stream: &str) -> i64 {
+    server.get(&format!("/api/streams/{stream}/metrics")).await.1["rows_written"].as_i64().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_push_into_an_iceberg_sql_catalog_exactly_once_across_two_kill_9_then_compacted() {
+    let catalog = IcebergSql::sqlite();
+    let dir = DataDir::new("dest-iceberg-sql");
+    let mut server = Server::start(&dir.0).await;
+    let key = server
+        .create_stream(json!({"name": "o", "table": "events", "destination": catalog.destination(),
+                              "flush": {"max_wait_ms": 50}}))
+        .await;
+    const PUSHES: usize = 200;
+    const TOTAL: i64 = (PUSHES * 10) as i64;
+    let base = Arc::new(Mutex::new(server.base.clone()));
+    let pushing = crate::harness::push_orders(base.clone(), "o", key, PUSHES, 30);
+    for half in 0..2i64 {
+        let threshold = 200 + half * 800 + (rand::random::<u64>() % 400) as i64;
+        wait_until("events in the table", Duration::from_secs(240), || async {
+            written(&server, "o").await >= threshold
+        })
+        .await;
+        server.kill9();
+        let seen = catalog.count("events");
+        assert!(seen < TOTAL, "the kill came after the last event ({seen}): it tests nothing");
+        server = Server::start(&dir.0).await;
+        *base.lock().unwrap() = server.base.clone();
+    }
+    pushing.await.unwrap();
+    wait_slowly("every event in the table", Duration::from_secs(240), || catalog.count("events") >= TOTAL).await;
+    const CHECK: &str = "SELECT count(*), count(DISTINCT id), count(coupon), min(id), max(id), \
+         sum((coupon IS DISTINCT FROM (CASE WHEN id >= 1000 THEN 'c' || id END))::int), \
+         sum((amount IS DISTINCT FROM (id % 97) + 0.5)::int) FROM t";
+    let want = Some(vec!["2000|2000|1000|0|1999|0|0".to_string()]);
+    let (_, metrics) = server.get("/api/streams/o/metrics").await;
+    assert_eq!(catalog.read("events", CHECK), want, "each event once, by pyiceberg: {metrics}");
+    assert_eq!(catalog.duckdb_read("events", CHECK), want, "each event once, by DuckDB");
+    // The stream's position rides in the table's properties, committed with the rows.
+    assert_eq!(catalog.property_keys("events", "sluice.position."), vec!["sluice.position.o".to_string()]);
+    // Compaction commits through the same front: one file, the same rows, for both readers.
+    let r = server.http.post(server.url("/api/streams/o/compact")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let report: serde_json::Value = r.json().await.unwrap();
+    assert!(report["before"]["files"].as_u64() > Some(1) && report["after"]["files"] == 1, "{report}");
+    assert_eq!(catalog.read("events", CHECK), want, "after the compaction: {report}");
+    assert_eq!(catalog.duckdb_read("events", CHECK), want);
+    assert_eq!(metrics["state"], "running", "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_cdc_mirrored_into_an_iceberg_catalog_kept_in_postgres() {
+    let pg = Postgres::start();
+    let catalog = IcebergSql::postgres(&pg);
+    pg.sql(
+        "CREATE TABLE accounts (id int PRIMARY KEY, name text, amount numeric(12,2));
+         INSERT INTO accounts SELECT g, 'n' || g, g * 1.25 FROM generate_series(1, 2000) g;",
+    );
+    let dir = DataDir::new("dest-iceberg-sql-cdc");
+    let mut server = Server::start(&dir.0).await;
+    server
+        .create_stream(json!({
+            "name": "m", "table": "accounts", "destination": catalog.destination(),
+            "source": {"type": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest",
+                       "user": "etl", "password": "etl", "tables": ["public.accounts"], "snapshot_chunk_rows": 1000},
+            "flush": {"max_wait_ms": 20},
+        }))
+        .await;
+    wait_slowly("the snapshot in the table", Duration::from_secs(240), || catalog.count("accounts") >= 2000).await;
+    pg.sql(
+        "UPDATE accounts SET amount = amount + 1, name = NULL WHERE id % 7 = 0;
+         DELETE FROM accounts WHERE id % 11 = 0;
+         INSERT INTO accounts VALUES (9001, 'new', 0.5);",
+    );
+    server.kill9();
+    server = Server::start(&dir.0).await;
+    pg.sql("UPDATE accounts SET name = 'after' WHERE id <= 20;");
+    const ROWS: &str = "SELECT count(*), count(name), sum(amount), sum(id), count(*) FILTER (WHERE name = 'after')";
+    let want = pg.lines(&format!("{ROWS} FROM accounts"));
+    wait_slowly("the table to equal the source", Duration::from_secs(240), || {
+        catalog.read("accounts", &format!("{ROWS} FROM t")).is_some_and(|got| got == want)
+    })
+    .await;
+    assert_eq!(catalog.duckdb_read("accounts", &format!("{ROWS} FROM t")), Some(want));
+    // The catalog's row, as the JDBC catalog keeps it, in the same Postgres.
+    let row = pg.lines(
+        "SELECT catalog_name, table_namespace, table_name, iceberg_type, previous_metadata_location IS NOT NULL \
+         FROM iceberg_tables",
+    );
+    assert_eq!(row, vec!["lake|bronze|accounts|TABLE|t".to_string()]);
+    let (_, metrics) = server.get("/api/streams/m/metrics").await;
+    assert_eq!(metrics["state"], "running", "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mirror_sync_into_an_iceberg_sql_catalog_on_s3_shows_inserts_updates_and_deletes() {
+    let moto = crate::moto::Moto::start();
+    crate::moto::py(&format!("{}s3.create_bucket(Bucket='ice')\n", moto.boto()));
+    let catalog = IcebergSql::sqlite_on_s3(&moto.endpoint, "ice");
+    let dir = DataDir::new("dest-iceberg-sql-sync");
+    let server = Server::start(&dir.0).await;
+    let key = server
+        .create_stream(json!({"name": "people", "table": "people", "metadata": {"position": true},
+                              "flush": {"max_wait_ms": 20}}))
+        .await;
+    let first = r#"[{"id": 1, "name": "a", "gone": false}, {"id": 2, "name": "b", "gone": false}]"#;
+    assert_eq!(server.push("people", &key, first).await.0, 202);
+    wait_until("people in the workspace", Duration::from_secs(30), || async { server.count("people").await == 2 })
+        .await;
+    let mut destination = catalog.destination();
+    destination["table"] = json!("people_copy");
+    let query = "SELECT id, arg_max(name, _position) AS name FROM people GROUP BY id HAVING NOT bool_or(gone)";
+    let (status, body) = server
+        .create_sync(json!({"name": "to_ice", "mode": "mirror", "keys": ["id"], "destination": destination,
+                            "query": query}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let run = server.run_sync("to_ice").await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let rows = || catalog.read("people_copy", "SELECT id, name FROM t ORDER BY id");
+    assert_eq!(rows(), Some(vec!["1|a".to_string(), "2|b".to_string()]));
+    let body =
+        r#"[{"id": 2, "name": "B", "gone": false}, {"id": 3, "name": "c", "gone": false}, {"id": 1, "gone": true}]"#;
+    assert_eq!(server.push("people", &key, body).await.0, 202);
+    wait_until("the changes in the workspace", Duration::from_secs(30), || async { server.count("people").await == 5 })
+        .await;
+    let run = server.run_sync("to_ice").await;
+    assert_eq!(
+        (run["status"].clone(), run["inserted"].clone(), run["updated"].clone(), run["deleted"].clone()),
+        (json!("succeeded"), json!(1), json!(1), json!(1)),
+        "{run}"
+    );
+    assert_eq!(rows(), Some(vec!["2|B".to_string(), "3|c".to_string()]));
+    let by_duckdb = catalog.duckdb_read("people_copy", "SELECT id, name FROM t ORDER BY id");
+    assert_eq!(by_duckdb, Some(vec!["2|B".to_string(), "3|c".to_string()]));
+    // The table's metadata and data files are in the bucket.
+    let listed = crate::moto::py(&format!(
+        "{}keys = [o['Key'] for o in s3.list_objects_v2(Bucket='ice')['Contents']]\n\
+         print(sum(k.endswith('.metadata.json') for k in keys), sum(k.endswith('.parquet') for k in keys))\n",
+        moto.boto()
+    ));
+    let counts: Vec<u32> = listed.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    assert!(counts.len() == 2 && counts[0] >= 3 && counts[1] >= 2, "metadata and data files in the bucket: {listed}");
+    // A config that names no database for the catalog is refused with the field.
+    let mut wrong = catalog.destination();
+    wrong["table"] = json!("x");
+    wrong["sql"] = json!({"location": "file:///tmp/w"});
+    let (status, body) = server
+        .create_sync(json!({"name": "bad", "mode": "append", "destination": wrong, "query": "SELECT 1 AS a"}))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("destination.sql.host"), "{body}");
+}
