@@ -186,7 +186,19 @@ async fn postgres_cdc_mirrored_into_iceberg_equals_the_source() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_mirror_sync_into_iceberg_shows_inserts_updates_and_deletes_after_each_run() {
     let catalog = IcebergRest::start();
-    let dir = DataDir::new("dest-iceberg-sync");
+    let rows = || catalog.read("people_copy", "SELECT id, name FROM t ORDER BY id");
+    mirror_sync_shows_each_run("dest-iceberg-sync", catalog.destination(), rows).await;
+}
+
+/// A workspace table of people and a mirror sync of it into `destination`'s table
+/// `people_copy`, run twice: the rows after each (`rows`, `id|name` in id order) show the
+/// inserts, then an insert, an update and a delete. The server, for more checks.
+pub async fn mirror_sync_shows_each_run(
+    dir: &str,
+    mut destination: serde_json::Value,
+    rows: impl Fn() -> Option<Vec<String>>,
+) -> (DataDir, Server) {
+    let dir = DataDir::new(dir);
     let server = Server::start(&dir.0).await;
     let key = server
         .create_stream(json!({"name": "people", "table": "people", "metadata": {"position": true},
@@ -196,7 +208,6 @@ async fn a_mirror_sync_into_iceberg_shows_inserts_updates_and_deletes_after_each
     assert_eq!(server.push("people", &key, first).await.0, 202);
     wait_until("people in the workspace", Duration::from_secs(30), || async { server.count("people").await == 2 })
         .await;
-    let mut destination = catalog.destination();
     destination["table"] = json!("people_copy");
     let query = "SELECT id, arg_max(name, _position) AS name FROM people GROUP BY id HAVING NOT bool_or(gone)";
     let (status, body) = server
@@ -206,7 +217,6 @@ async fn a_mirror_sync_into_iceberg_shows_inserts_updates_and_deletes_after_each
     assert_eq!(status, 201, "{body}");
     let run = server.run_sync("to_ice").await;
     assert_eq!(run["status"], "succeeded", "{run}");
-    let rows = || catalog.read("people_copy", "SELECT id, name FROM t ORDER BY id");
     assert_eq!(rows(), Some(vec!["1|a".to_string(), "2|b".to_string()]));
     let body =
         r#"[{"id": 2, "name": "B", "gone": false}, {"id": 3, "name": "c", "gone": false}, {"id": 1, "gone": true}]"#;
@@ -220,6 +230,7 @@ async fn a_mirror_sync_into_iceberg_shows_inserts_updates_and_deletes_after_each
         "{run}"
     );
     assert_eq!(rows(), Some(vec!["2|B".to_string(), "3|c".to_string()]));
+    (dir, server)
 }
 
 /// A warehouse on S3 (moto): the rows of a push stream, exactly once across a kill -9, in data

@@ -113,40 +113,10 @@ async fn a_mirror_sync_into_an_iceberg_sql_catalog_on_s3_shows_inserts_updates_a
     let moto = crate::moto::Moto::start();
     crate::moto::py(&format!("{}s3.create_bucket(Bucket='ice')\n", moto.boto()));
     let catalog = IcebergSql::sqlite_on_s3(&moto.endpoint, "ice");
-    let dir = DataDir::new("dest-iceberg-sql-sync");
-    let server = Server::start(&dir.0).await;
-    let key = server
-        .create_stream(json!({"name": "people", "table": "people", "metadata": {"position": true},
-                              "flush": {"max_wait_ms": 20}}))
-        .await;
-    let first = r#"[{"id": 1, "name": "a", "gone": false}, {"id": 2, "name": "b", "gone": false}]"#;
-    assert_eq!(server.push("people", &key, first).await.0, 202);
-    wait_until("people in the workspace", Duration::from_secs(30), || async { server.count("people").await == 2 })
-        .await;
-    let mut destination = catalog.destination();
-    destination["table"] = json!("people_copy");
-    let query = "SELECT id, arg_max(name, _position) AS name FROM people GROUP BY id HAVING NOT bool_or(gone)";
-    let (status, body) = server
-        .create_sync(json!({"name": "to_ice", "mode": "mirror", "keys": ["id"], "destination": destination,
-                            "query": query}))
-        .await;
-    assert_eq!(status, 201, "{body}");
-    let run = server.run_sync("to_ice").await;
-    assert_eq!(run["status"], "succeeded", "{run}");
     let rows = || catalog.read("people_copy", "SELECT id, name FROM t ORDER BY id");
-    assert_eq!(rows(), Some(vec!["1|a".to_string(), "2|b".to_string()]));
-    let body =
-        r#"[{"id": 2, "name": "B", "gone": false}, {"id": 3, "name": "c", "gone": false}, {"id": 1, "gone": true}]"#;
-    assert_eq!(server.push("people", &key, body).await.0, 202);
-    wait_until("the changes in the workspace", Duration::from_secs(30), || async { server.count("people").await == 5 })
-        .await;
-    let run = server.run_sync("to_ice").await;
-    assert_eq!(
-        (run["status"].clone(), run["inserted"].clone(), run["updated"].clone(), run["deleted"].clone()),
-        (json!("succeeded"), json!(1), json!(1), json!(1)),
-        "{run}"
-    );
-    assert_eq!(rows(), Some(vec!["2|B".to_string(), "3|c".to_string()]));
+    let (_dir, server) =
+        crate::destinations_iceberg::mirror_sync_shows_each_run("dest-iceberg-sql-sync", catalog.destination(), rows)
+            .await;
     let by_duckdb = catalog.duckdb_read("people_copy", "SELECT id, name FROM t ORDER BY id");
     assert_eq!(by_duckdb, Some(vec!["2|B".to_string(), "3|c".to_string()]));
     // The table's metadata and data files are in the bucket.
