@@ -192,12 +192,13 @@ async fn a_mirror_sync_into_iceberg_shows_inserts_updates_and_deletes_after_each
 
 /// A workspace table of people and a mirror sync of it into `destination`'s table
 /// `people_copy`, run twice: the rows after each (`rows`, `id|name` in id order) show the
-/// inserts, then an insert, an update and a delete. The server, for more checks.
+/// inserts, then an insert, an update and a delete. The server and the stream's push key, for
+/// more checks.
 pub async fn mirror_sync_shows_each_run(
     dir: &str,
     mut destination: serde_json::Value,
     rows: impl Fn() -> Option<Vec<String>>,
-) -> (DataDir, Server) {
+) -> (DataDir, Server, String) {
     let dir = DataDir::new(dir);
     let server = Server::start(&dir.0).await;
     let key = server
@@ -230,7 +231,7 @@ pub async fn mirror_sync_shows_each_run(
         "{run}"
     );
     assert_eq!(rows(), Some(vec!["2|B".to_string(), "3|c".to_string()]));
-    (dir, server)
+    (dir, server, key)
 }
 
 /// A warehouse on S3 (moto): the rows of a push stream, exactly once across a kill -9, in data

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::broker::{Broker, produce_keyed};
-use crate::harness::{DataDir, Server, wait_slowly, wait_until};
+use crate::harness::{DataDir, Server, wait_slowly};
 use crate::kinesis_local::KinesisLocal;
 use crate::snowflake::FakeSnow;
 
@@ -65,7 +65,7 @@ async fn kinesis_to_snowflake_every_record_once_across_two_kill_9() {
     assert_eq!(metrics["rejects"], 0, "{metrics}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debezium_over_kafka_mirrored_into_snowflake_equals_the_final_state() {
     let snow = FakeSnow::start();
     let broker = Broker::start();
@@ -85,7 +85,7 @@ async fn debezium_over_kafka_mirrored_into_snowflake_equals_the_final_state() {
         produce_keyed(&producer, "cdc", chunk).await;
     }
     let read = || mirrored(&snow);
-    wait_until("the mirror equal to the final state", Duration::from_secs(120), || async { read() == want }).await;
+    wait_slowly("the mirror equal to the final state", Duration::from_secs(240), || read() == want).await;
 }
 
 #[tokio::test]
@@ -142,14 +142,14 @@ async fn a_staged_debezium_mirror_loads_through_put_and_copy_across_a_kill_9() {
     for chunk in first.chunks(300) {
         produce_keyed(&producer, "cdc", chunk).await;
     }
-    wait_until("a first load", Duration::from_secs(120), || async { snow.count("customers") > 0 }).await;
+    wait_slowly("a first load", Duration::from_secs(120), || snow.count("customers") > 0).await;
     server.kill9();
     server = Server::start(&dir.0).await;
     for chunk in rest.chunks(300) {
         produce_keyed(&producer, "cdc", chunk).await;
     }
     let read = || mirrored(&snow);
-    wait_until("the mirror equal to the final state", Duration::from_secs(120), || async { read() == want }).await;
+    wait_slowly("the mirror equal to the final state", Duration::from_secs(240), || read() == want).await;
     // The loads went through the stage: fakesnow's load history lists a Parquet file loaded
     // by COPY INTO, and the landing table exists (only staged keyed loads make it).
     let loaded = snow.lines(
@@ -183,7 +183,7 @@ async fn a_stream_logs_in_with_a_private_key() {
         )
         .await;
     assert_eq!(server.push("k", &key, r#"[{"id": 1}, {"id": 2}]"#).await.0, 202);
-    wait_until("the rows", Duration::from_secs(60), || async { snow.count("signed") == 2 }).await;
+    wait_slowly("the rows", Duration::from_secs(120), || snow.count("signed") == 2).await;
     let (_, stream) = server.get("/api/streams/k").await;
     assert!(!stream.to_string().contains("PRIVATE KEY"), "the key is never shown: {stream}");
     // A line from the middle of the key is in no file of the data folder in clear.
@@ -218,13 +218,13 @@ async fn nested_json_lands_as_variant_through_inserts_and_staged_loads() {
     let streams = [("i", "orders"), ("s", "staged_orders")];
     for ((stream, table), key) in streams.iter().zip(&keys) {
         assert_eq!(server.push(stream, key, first).await.0, 202);
-        wait_until("the first rows", Duration::from_secs(60), || async { snow.count(table) == 3 }).await;
+        wait_slowly("the first rows", Duration::from_secs(120), || snow.count(table) == 3).await;
     }
     server.kill9();
     server = Server::start(&dir.0).await;
     for ((stream, table), key) in streams.iter().zip(&keys) {
         assert_eq!(server.push(stream, key, second).await.0, 202);
-        wait_until("the rows after a restart", Duration::from_secs(60), || async { snow.count(table) == 4 }).await;
+        wait_slowly("the rows after a restart", Duration::from_secs(120), || snow.count(table) == 4).await;
         let types = snow.lines(&format!(
             "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = '{table}' \
              ORDER BY ordinal_position"

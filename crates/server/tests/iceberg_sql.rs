@@ -127,7 +127,59 @@ impl IcebergSql {
         .unwrap_or_default()
     }
 
+    /// pyiceberg makes the catalog's tables (its own schema) and the namespace `bronze` first,
+    /// as a team whose catalog exists already has them.
+    pub fn made_by_pyiceberg(&self) {
+        let made = self.python(&format!(
+            "from pyiceberg.catalog.sql import SqlCatalog\n\
+             {catalog}.create_namespace('bronze')\nprint('made')\n",
+            catalog = self.catalog().replace("init_catalog_tables='false'", "init_catalog_tables='true'"),
+        ));
+        assert_eq!(made, Some(vec!["made".to_string()]));
+    }
+
+    /// The metadata file the catalog points the table at.
+    pub fn metadata_location(&self, table: &str) -> Option<String> {
+        self.python(&format!(
+            "from pyiceberg.catalog.sql import SqlCatalog\n\
+             print({catalog}.load_table('bronze.{table}').metadata_location)\n",
+            catalog = self.catalog(),
+        ))
+        .and_then(|lines| lines.into_iter().next())
+    }
+
+    /// Another client of a SQLite catalog holding its write lock (readers go on) until the
+    /// returned process is dropped.
+    pub fn hold_write_lock(&self) -> WriteLock {
+        let file = self.sql["sqlite"].as_str().expect("a SQLite catalog");
+        let python = std::env::var("PYTOOLS_PYTHON").expect("PYTOOLS_PYTHON: run the tests through scripts/test.sh");
+        let script = format!(
+            "import sqlite3, sys\nc = sqlite3.connect({file:?}, isolation_level=None)\n\
+             c.execute('BEGIN IMMEDIATE')\nprint('locked', flush=True)\nsys.stdin.read()\nc.execute('ROLLBACK')\n"
+        );
+        let mut child = Command::new(python)
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run python");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        assert_eq!(line.trim(), "locked");
+        WriteLock(child)
+    }
+
     pub fn count(&self, table: &str) -> i64 {
         self.read(table, "SELECT count(*) FROM t").and_then(|l| l.first().and_then(|n| n.parse().ok())).unwrap_or(0)
+    }
+}
+
+/// A process holding a SQLite catalog's write lock; dropped, it lets go and ends.
+pub struct WriteLock(std::process::Child);
+
+impl Drop for WriteLock {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
     }
 }

@@ -98,14 +98,21 @@ fn same(metadata: &Value, requirement: &Value, ours: &str, theirs: &str) -> (boo
 /// Apply a commit's updates in order; `previous` (the metadata file replaced) goes into the
 /// metadata log.
 pub fn apply(metadata: &mut Value, updates: &[Value], previous: &str, now_ms: i64) -> Result<(), Refusal> {
+    let version = metadata["format-version"].as_i64().unwrap_or(1);
+    if version != 2 {
+        return Err(Refusal::bad(format!(
+            "format version {version}: Sluice's SQL catalog commits to version 2 tables"
+        )));
+    }
     let before_ms = metadata["last-updated-ms"].clone();
+    let mut added = Vec::new();
     let (mut last_schema, mut last_spec, mut last_order) = (None, None, None);
     for update in updates {
         let action = update["action"].as_str().unwrap_or_default();
         let m = object(metadata);
         match action {
             "assign-uuid" => {
-                if update["uuid"] != m["table-uuid"] {
+                if Some(&update["uuid"]) != m.get("table-uuid") {
                     return Err(Refusal::conflict("the table already has another UUID"));
                 }
             }
@@ -152,12 +159,15 @@ pub fn apply(metadata: &mut Value, updates: &[Value], previous: &str, now_ms: i6
                 if known(m, "snapshots", "snapshot-id", id).is_ok() {
                     return Err(Refusal::conflict(format!("snapshot {id} exists already")));
                 }
-                let sequence = snapshot["sequence-number"].as_i64().unwrap_or(0);
-                if sequence <= m["last-sequence-number"].as_i64().unwrap_or(0) && sequence != 0 {
+                let Some(sequence) = snapshot["sequence-number"].as_i64() else {
+                    return Err(Refusal::bad("add-snapshot: the snapshot has no sequence-number"));
+                };
+                if sequence <= m.get("last-sequence-number").and_then(Value::as_i64).unwrap_or(0) {
                     return Err(Refusal::conflict(format!("sequence number {sequence} is not past the table's")));
                 }
                 raise(m, "last-sequence-number", sequence);
                 push(m, "snapshots", snapshot);
+                added.push(id);
             }
             "set-snapshot-ref" => {
                 let name = update["ref-name"].as_str().ok_or_else(|| Refusal::bad("set-snapshot-ref: no ref-name"))?;
@@ -170,10 +180,13 @@ pub fn apply(metadata: &mut Value, updates: &[Value], previous: &str, now_ms: i6
                         reference[field] = update[field].clone();
                     }
                 }
+                let moved = m.get("refs").and_then(|r| r.get(name)).and_then(|r| r["snapshot-id"].as_i64()) != Some(id);
                 object(m.entry("refs").or_insert(json!({}))).insert(name.into(), reference);
-                if name == "main" {
+                if name == "main" && moved {
                     m.insert("current-snapshot-id".into(), json!(id));
-                    let at = snapshot_ms(m, id).unwrap_or(now_ms);
+                    // The snapshot's own time when this commit adds it, else now: the log stays
+                    // in order (Java refuses a log out of order).
+                    let at = if added.contains(&id) { snapshot_ms(m, id).unwrap_or(now_ms) } else { now_ms };
                     push(m, "snapshot-log", json!({"snapshot-id": id, "timestamp-ms": at}));
                 }
             }
@@ -223,8 +236,10 @@ pub fn apply(metadata: &mut Value, updates: &[Value], previous: &str, now_ms: i6
     }
     let m = object(metadata);
     push(m, "metadata-log", json!({"metadata-file": previous, "timestamp-ms": before_ms}));
-    let keep = m["properties"]["write.metadata.previous-versions-max"]
-        .as_str()
+    let keep = m
+        .get("properties")
+        .and_then(|p| p.get("write.metadata.previous-versions-max"))
+        .and_then(Value::as_str)
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(100);
     if let Some(log) = m.get_mut("metadata-log").and_then(Value::as_array_mut)
@@ -259,9 +274,19 @@ fn raise(m: &mut Map<String, Value>, field: &str, to: i64) {
 }
 
 /// Add a schema, spec or order to `list`, its id the one it asks for when free, else one past
-/// the highest; one the table has already (the same fields) is not added twice. Its id.
+/// the highest; one the table has already (the same but for its id) is not added twice. Its id.
 fn add(m: &mut Map<String, Value>, list: &str, field: &str, item: &Value) -> i64 {
-    let fields = |v: &Value| v.get("fields").cloned().unwrap_or(json!([]));
+    let fields = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(o) = v.as_object_mut() {
+            o.remove(field);
+            if list == "schemas" {
+                o.entry("identifier-field-ids").or_insert(json!([]));
+                o.insert("type".into(), json!("struct"));
+            }
+        }
+        v
+    };
     let existing: Vec<(i64, Value)> = m
         .get(list)
         .and_then(Value::as_array)
@@ -369,6 +394,20 @@ mod tests {
         // The same snapshot again, or an older sequence number, is a conflict.
         assert_eq!(apply(&mut t.clone(), &[snapshot(7, 2)], "m", 40).unwrap_err().status, 409);
         assert_eq!(apply(&mut t.clone(), &[snapshot(8, 1)], "m", 40).unwrap_err().status, 409);
+        let unnumbered = json!({"action": "add-snapshot", "snapshot": {"snapshot-id": 9, "timestamp-ms": 1}});
+        assert_eq!(apply(&mut t.clone(), &[unnumbered], "m", 40).unwrap_err().status, 400);
+        // Pointing main at the snapshot it is at already logs nothing; back at an older one
+        // logs now, so the log stays in order.
+        let main =
+            |id: i64| json!({"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": id});
+        apply(&mut t, &[main(7)], "n", 50).unwrap();
+        assert_eq!(t["snapshot-log"].as_array().unwrap().len(), 1);
+        apply(&mut t, &[snapshot(8, 2), main(8)], "o", 60).unwrap();
+        apply(&mut t, &[main(7)], "p", 70).unwrap();
+        assert_eq!(t["snapshot-log"][2], json!({"snapshot-id": 7, "timestamp-ms": 70}));
+        // A version 1 table (another writer's) is refused, not half upgraded.
+        let mut v1 = json!({"format-version": 1, "schemas": []});
+        assert_eq!(apply(&mut v1, &[snapshot(1, 1)], "q", 80).unwrap_err().status, 400);
     }
 
     #[test]

@@ -24,6 +24,12 @@ const TABLES: [&str; 2] = [
 pub struct Pointers {
     catalog: String,
     database: Database,
+    /// The SQLite file has the catalog's tables (made when missing, once): later statements
+    /// need no write lock unless they write.
+    made: std::sync::atomic::AtomicBool,
+    /// Whether `iceberg_tables` has the `iceberg_type` column (the JDBC catalog's V1 tables,
+    /// pyiceberg's and Sluice's; V0 catalogs, Trino's among them, lack it), found on first use.
+    typed: tokio::sync::OnceCell<bool>,
 }
 
 enum Database {
@@ -44,7 +50,12 @@ impl Pointers {
             Some(path) => Database::Sqlite(path.clone()),
             None => Database::Postgres(Box::new(database.clone()), Mutex::new(None)),
         };
-        Self { catalog: catalog.to_string(), database }
+        Self {
+            catalog: catalog.to_string(),
+            database,
+            made: std::sync::atomic::AtomicBool::new(false),
+            typed: tokio::sync::OnceCell::new(),
+        }
     }
 
     /// Run `sql` (`$1`… for parameters, `$1` the catalog's name) with `params` after the name.
@@ -55,9 +66,12 @@ impl Pointers {
             Database::Sqlite(path) => {
                 let (path, sql) = (path.clone(), sql.replace('$', "?"));
                 let all: Vec<String> = all.iter().map(|s| s.to_string()).collect();
-                tokio::task::spawn_blocking(move || sqlite(&path, &sql, &all, rows))
+                let make = !self.made.load(std::sync::atomic::Ordering::Relaxed);
+                let answer = tokio::task::spawn_blocking(move || sqlite(&path, &sql, &all, rows, make))
                     .await
-                    .map_err(|e| Error::new(ErrorKind::Fatal, format!("Iceberg SQL catalog: {e}")))?
+                    .map_err(|e| Error::new(ErrorKind::Fatal, format!("Iceberg SQL catalog: {e}")))??;
+                self.made.store(true, std::sync::atomic::Ordering::Relaxed);
+                Ok(answer)
             }
             Database::Postgres(config, session) => {
                 let mut session = session.lock().await;
@@ -110,6 +124,33 @@ impl Pointers {
             Answer::Changed(n) => Ok(n),
             Answer::Rows(_) => Ok(0),
         }
+    }
+
+    /// Whether rows say what they are (`iceberg_type`: a table or a view).
+    async fn typed(&self) -> Result<bool> {
+        let sql = match self.database {
+            Database::Sqlite(_) => {
+                "SELECT CAST(count(*) AS TEXT) FROM pragma_table_info('iceberg_tables') \
+                 WHERE name = 'iceberg_type' AND $1 IS NOT NULL"
+            }
+            Database::Postgres(..) => {
+                "SELECT CAST(count(*) AS TEXT) FROM information_schema.columns WHERE table_name = 'iceberg_tables' \
+                 AND column_name = 'iceberg_type' AND table_schema = ANY (current_schemas(false)) AND $1::text IS NOT NULL"
+            }
+        };
+        let typed = self
+            .typed
+            .get_or_try_init(|| async {
+                let found = self.rows(sql, &[]).await?;
+                Ok::<_, Error>(found.first().and_then(|r| r[0].as_deref()) != Some("0"))
+            })
+            .await?;
+        Ok(*typed)
+    }
+
+    /// ` AND <tables, not views>` when rows say which they are.
+    async fn tables_only(&self) -> Result<&'static str> {
+        Ok(if self.typed().await? { " AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)" } else { "" })
     }
 
     /// Whether the namespace has properties or tables.
@@ -169,38 +210,34 @@ impl Pointers {
 
     /// The tables of a namespace.
     pub async fn tables(&self, namespace: &str) -> Result<Vec<String>> {
-        let found = self
-            .rows(
-                "SELECT table_name FROM iceberg_tables WHERE catalog_name = $1 AND table_namespace = $2 \
-                 AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL) ORDER BY table_name",
-                &[namespace],
-            )
-            .await?;
+        let sql = format!(
+            "SELECT table_name FROM iceberg_tables WHERE catalog_name = $1 AND table_namespace = $2{} \
+             ORDER BY table_name",
+            self.tables_only().await?
+        );
+        let found = self.rows(&sql, &[namespace]).await?;
         Ok(found.into_iter().filter_map(|mut r| r.pop().flatten()).collect())
     }
 
     /// Where the table's current metadata file is; `None` when there is no such table.
     pub async fn location(&self, namespace: &str, table: &str) -> Result<Option<String>> {
-        let found = self
-            .rows(
-                "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = $1 AND table_namespace = $2 \
-                 AND table_name = $3",
-                &[namespace, table],
-            )
-            .await?;
+        let sql = format!(
+            "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = $1 AND table_namespace = $2 \
+             AND table_name = $3{}",
+            self.tables_only().await?
+        );
+        let found = self.rows(&sql, &[namespace, table]).await?;
         Ok(found.into_iter().next().and_then(|mut r| r.pop().flatten()))
     }
 
     /// Record a new table; false when one of that name exists.
     pub async fn create(&self, namespace: &str, table: &str, location: &str) -> Result<bool> {
-        let changed = self
-            .change(
-                "INSERT INTO iceberg_tables (catalog_name, table_namespace, table_name, metadata_location, \
-                 previous_metadata_location, iceberg_type) VALUES ($1, $2, $3, $4, NULL, 'TABLE') \
-                 ON CONFLICT DO NOTHING",
-                &[namespace, table, location],
-            )
-            .await?;
+        let (column, value) = if self.typed().await? { (", iceberg_type", ", 'TABLE'") } else { ("", "") };
+        let sql = format!(
+            "INSERT INTO iceberg_tables (catalog_name, table_namespace, table_name, metadata_location, \
+             previous_metadata_location{column}) VALUES ($1, $2, $3, $4, NULL{value}) ON CONFLICT DO NOTHING"
+        );
+        let changed = self.change(&sql, &[namespace, table, location]).await?;
         Ok(changed == 1)
     }
 
@@ -219,18 +256,17 @@ impl Pointers {
 
     /// Forget the table (its files stay); false when there was none.
     pub async fn drop(&self, namespace: &str, table: &str) -> Result<bool> {
-        let changed = self
-            .change(
-                "DELETE FROM iceberg_tables WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3",
-                &[namespace, table],
-            )
-            .await?;
+        let sql = format!(
+            "DELETE FROM iceberg_tables WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3{}",
+            self.tables_only().await?
+        );
+        let changed = self.change(&sql, &[namespace, table]).await?;
         Ok(changed == 1)
     }
 }
 
-/// One statement on the SQLite file (made, with the catalog's tables, when missing).
-fn sqlite(path: &PathBuf, sql: &str, params: &[String], rows: bool) -> Result<Answer> {
+/// One statement on the SQLite file (made, with the catalog's tables, when missing and `make`).
+fn sqlite(path: &PathBuf, sql: &str, params: &[String], rows: bool, make: bool) -> Result<Answer> {
     let failed = |e: rusqlite::Error| {
         let busy = matches!(
             e.sqlite_error_code(),
@@ -241,7 +277,7 @@ fn sqlite(path: &PathBuf, sql: &str, params: &[String], rows: bool) -> Result<An
     };
     let conn = rusqlite::Connection::open(path).map_err(failed)?;
     conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(failed)?;
-    for create in TABLES {
+    for create in TABLES.iter().filter(|_| make) {
         conn.execute_batch(create).map_err(failed)?;
     }
     let mut statement = conn.prepare(sql).map_err(failed)?;
