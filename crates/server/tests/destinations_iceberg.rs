@@ -150,21 +150,44 @@ async fn debezium_over_kafka_mirrored_into_iceberg_across_two_kill_9() {
 async fn postgres_cdc_mirrored_into_iceberg_equals_the_source() {
     let catalog = IcebergRest::start();
     let pg = Postgres::start();
-    pg.sql(
+    let read = |sql: &str| catalog.read("accounts", sql);
+    let (_dir, server, _) =
+        postgres_cdc_mirror_equals_the_source(&pg, "dest-iceberg-cdc", catalog.destination(), 3000, read).await;
+    let (_, metrics) = server.get("/api/streams/m/metrics").await;
+    assert_eq!(metrics["state"], "running", "{metrics}");
+}
+
+/// What a mirror of `accounts` is compared with the source by, over `t` or `accounts`.
+pub const ACCOUNT_FIGURES: &str =
+    "SELECT count(*), count(name), sum(amount), sum(id), count(*) FILTER (WHERE name = 'after')";
+
+/// `rows` accounts in `pg`, mirrored by a Postgres CDC stream `m` into `destination`: the
+/// snapshot, then updates, deletes and an insert, a kill -9, and more updates; waits until
+/// `read` (SQL over the table as `t`) gives the source's [`ACCOUNT_FIGURES`]. The server and
+/// those figures, for more checks.
+pub async fn postgres_cdc_mirror_equals_the_source(
+    pg: &Postgres,
+    dir: &str,
+    destination: serde_json::Value,
+    rows: i64,
+    read: impl Fn(&str) -> Option<Vec<String>>,
+) -> (DataDir, Server, Vec<String>) {
+    pg.sql(&format!(
         "CREATE TABLE accounts (id int PRIMARY KEY, name text, amount numeric(12,2));
-         INSERT INTO accounts SELECT g, 'n' || g, g * 1.25 FROM generate_series(1, 3000) g;",
-    );
-    let dir = DataDir::new("dest-iceberg-cdc");
+         INSERT INTO accounts SELECT g, 'n' || g, g * 1.25 FROM generate_series(1, {rows}) g;"
+    ));
+    let dir = DataDir::new(dir);
     let mut server = Server::start(&dir.0).await;
     server
         .create_stream(json!({
-            "name": "m", "table": "accounts", "destination": catalog.destination(),
+            "name": "m", "table": "accounts", "destination": destination,
             "source": {"type": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest",
                        "user": "etl", "password": "etl", "tables": ["public.accounts"], "snapshot_chunk_rows": 1000},
             "flush": {"max_wait_ms": 20},
         }))
         .await;
-    wait_slowly("the snapshot in the table", Duration::from_secs(240), || catalog.count("accounts") >= 3000).await;
+    let count = || read("SELECT count(*) FROM t").and_then(|l| l.first().and_then(|n| n.parse::<i64>().ok()));
+    wait_slowly("the snapshot in the table", Duration::from_secs(240), || count().unwrap_or(0) >= rows).await;
     pg.sql(
         "UPDATE accounts SET amount = amount + 1, name = NULL WHERE id % 7 = 0;
          DELETE FROM accounts WHERE id % 11 = 0;
@@ -173,14 +196,12 @@ async fn postgres_cdc_mirrored_into_iceberg_equals_the_source() {
     server.kill9();
     server = Server::start(&dir.0).await;
     pg.sql("UPDATE accounts SET name = 'after' WHERE id <= 20;");
-    const ROWS: &str = "SELECT count(*), count(name), sum(amount), sum(id), count(*) FILTER (WHERE name = 'after')";
-    let want = pg.lines(&format!("{ROWS} FROM accounts"));
+    let want = pg.lines(&format!("{ACCOUNT_FIGURES} FROM accounts"));
     wait_slowly("the table to equal the source", Duration::from_secs(240), || {
-        catalog.read("accounts", &format!("{ROWS} FROM t")).is_some_and(|got| got == want)
+        read(&format!("{ACCOUNT_FIGURES} FROM t")).is_some_and(|got| got == want)
     })
     .await;
-    let (_, metrics) = server.get("/api/streams/m/metrics").await;
-    assert_eq!(metrics["state"], "running", "{metrics}");
+    (dir, server, want)
 }
 
 #[tokio::test(flavor = "multi_thread")]

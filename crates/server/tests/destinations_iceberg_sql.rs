@@ -79,36 +79,17 @@ async fn postgres_cdc_mirrored_into_an_iceberg_catalog_kept_in_postgres() {
          CREATE TABLE iceberg_namespace_properties (catalog_name varchar(255) NOT NULL, namespace varchar(255) NOT NULL,
            property_key varchar(255), property_value varchar(1000), PRIMARY KEY (catalog_name, namespace, property_key));",
     );
-    pg.sql(
-        "CREATE TABLE accounts (id int PRIMARY KEY, name text, amount numeric(12,2));
-         INSERT INTO accounts SELECT g, 'n' || g, g * 1.25 FROM generate_series(1, 2000) g;",
-    );
-    let dir = DataDir::new("dest-iceberg-sql-cdc");
-    let mut server = Server::start(&dir.0).await;
-    server
-        .create_stream(json!({
-            "name": "m", "table": "accounts", "destination": catalog.destination(),
-            "source": {"type": "postgres", "host": "127.0.0.1", "port": pg.port, "database": "etltest",
-                       "user": "etl", "password": "etl", "tables": ["public.accounts"], "snapshot_chunk_rows": 1000},
-            "flush": {"max_wait_ms": 20},
-        }))
-        .await;
-    wait_slowly("the snapshot in the table", Duration::from_secs(240), || catalog.count("accounts") >= 2000).await;
-    pg.sql(
-        "UPDATE accounts SET amount = amount + 1, name = NULL WHERE id % 7 = 0;
-         DELETE FROM accounts WHERE id % 11 = 0;
-         INSERT INTO accounts VALUES (9001, 'new', 0.5);",
-    );
-    server.kill9();
-    server = Server::start(&dir.0).await;
-    pg.sql("UPDATE accounts SET name = 'after' WHERE id <= 20;");
-    const ROWS: &str = "SELECT count(*), count(name), sum(amount), sum(id), count(*) FILTER (WHERE name = 'after')";
-    let want = pg.lines(&format!("{ROWS} FROM accounts"));
-    wait_slowly("the table to equal the source", Duration::from_secs(240), || {
-        catalog.read("accounts", &format!("{ROWS} FROM t")).is_some_and(|got| got == want)
-    })
+    let read = |sql: &str| catalog.read("accounts", sql);
+    let (_dir, server, want) = crate::destinations_iceberg::postgres_cdc_mirror_equals_the_source(
+        &pg,
+        "dest-iceberg-sql-cdc",
+        catalog.destination(),
+        2000,
+        read,
+    )
     .await;
-    assert_eq!(catalog.duckdb_read("accounts", &format!("{ROWS} FROM t")), Some(want));
+    let figures = format!("{} FROM t", crate::destinations_iceberg::ACCOUNT_FIGURES);
+    assert_eq!(catalog.duckdb_read("accounts", &figures), Some(want));
     // The catalog's row, as the JDBC catalog keeps it, in the same Postgres.
     let row = pg.lines(
         "SELECT catalog_name, table_namespace, table_name, previous_metadata_location IS NOT NULL FROM iceberg_tables",
