@@ -243,6 +243,42 @@ impl Context {
 }
 
 impl Context {
+    /// Commit the durable offsets of the partitions being revoked to the group, synchronously,
+    /// before they are let go: the member that takes one over starts from the group's offset,
+    /// and the asynchronous commit that follows each write may not have reached the broker yet
+    /// (a restarted member re-read a unit or more per partition).
+    fn hand_over(&self, consumer: &BaseConsumer<Context>, revoked: &TopicPartitionList) {
+        let durable = self.shared.durable.lock().map(|d| d.clone()).unwrap_or_default();
+        let mut held = Offsets::new();
+        for e in revoked.elements() {
+            if let Some(o) = durable.get(e.topic()).and_then(|p| p.get(&e.partition())) {
+                held.entry(e.topic().to_string()).or_default().insert(e.partition(), *o);
+            }
+        }
+        // Never behind the group: a partition that came back here and was revoked again before
+        // a write has an older stored offset than the one another member committed since.
+        let group = match consumer.committed_offsets(tpl_of(&held), Duration::from_secs(5)) {
+            Ok(group) => group,
+            Err(e) => {
+                tracing::warn!(stream = %self.stream, error = %e, "Cannot read the group's offsets on revocation.");
+                return;
+            }
+        };
+        for (topic, partitions) in &mut held {
+            partitions.retain(|p, offset| match group.find_partition(topic, *p).map(|e| e.offset()) {
+                Some(Offset::Offset(at)) => *offset > at,
+                _ => true,
+            });
+        }
+        held.retain(|_, partitions| !partitions.is_empty());
+        if held.is_empty() {
+            return;
+        }
+        if let Err(e) = consumer.commit(&tpl_of(&held), rdkafka::consumer::CommitMode::Sync) {
+            tracing::warn!(stream = %self.stream, error = %e, "Group offset commit on revocation failed.");
+        }
+    }
+
     /// Show a client error as the stream's state, naming the likely fix where there is one. An
     /// "all brokers down" that follows a specific error keeps that error visible, and so does a
     /// poll failing with the code the client has just reported (`polled`).
@@ -360,6 +396,8 @@ impl ConsumerContext for Context {
                     if *done < no {
                         tracing::warn!("Partitions revoked before the buffered batch was durable.");
                     }
+                    drop(done);
+                    self.hand_over(consumer, tpl);
                 }
                 if let Err(e) = consumer.unassign() {
                     tracing::error!(error = %e, "Unassign failed.");
