@@ -253,6 +253,12 @@ impl Lakehouse for IcebergConfig {
         for secret in secrets.into_iter().flatten().map(Secret::expose).filter(|s| !s.is_empty()) {
             out = out.replace(&literal(secret), "***").replace(secret, "***");
         }
+        // The bearer tokens of SQL catalog fronts, which DuckDB's attachment carries.
+        if self.sql.is_some() {
+            for token in sql_catalog::tokens() {
+                out = out.replace(&token, "***");
+            }
+        }
         out
     }
 
@@ -385,5 +391,22 @@ mod tests {
         let simple = IcebergConfig { simple_create: true, token: None, ..config() };
         let sql = simple.attach_sql().unwrap();
         assert!(sql.contains("AUTHORIZATION_TYPE 'none'") && sql.contains("STAGE_CREATE_TABLES false"), "{sql}");
+    }
+
+    /// The token of Sluice's own front for a SQL catalog is in the attachment, so it is
+    /// redacted like a configured one.
+    #[test]
+    fn a_sql_catalog_front_token_is_redacted() {
+        let dir = std::env::temp_dir().join(format!("sluice-sqlcat-{:x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let c: IcebergConfig = serde_json::from_value(serde_json::json!({"table": "t",
+            "sql": {"sqlite": dir.join("c.db"), "location": format!("file://{}/w", dir.display())}}))
+        .unwrap();
+        let sql = c.attach_sql().unwrap();
+        let token = c.rest().unwrap().token.unwrap().expose().to_string();
+        assert!(sql.contains(&token), "{sql}");
+        let redacted = c.redact(&format!("failed: {sql}"));
+        assert!(!redacted.contains(&token) && redacted.contains("***"), "{redacted}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -9,6 +9,7 @@ use super::IcebergConfig;
 use crate::files::S3Config;
 
 /// Where the table's files are: a local folder (`file://`) or S3 (the destination's account).
+#[derive(Clone)]
 pub(crate) enum Store {
     Local,
     S3(Arc<dyn object_store::ObjectStore>),

@@ -31,10 +31,18 @@ pub struct Front {
     pub token: String,
 }
 
+/// The fronts started in this process, by what they serve.
+static FRONTS: LazyLock<Mutex<HashMap<String, Front>>> = LazyLock::new(Mutex::default);
+
+/// The tokens of the fronts started in this process, for redacting messages.
+pub fn tokens() -> Vec<String> {
+    let fronts = FRONTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    fronts.values().map(|f| f.token.clone()).collect()
+}
+
 /// The front of the catalog `config` names (the database, the location, the catalog's name and
 /// the S3 account of its files), started on first use.
 pub fn serve(config: &IcebergSqlCatalog, warehouse: &str, s3: Option<&S3Config>) -> Result<Front> {
-    static FRONTS: LazyLock<Mutex<HashMap<String, Front>>> = LazyLock::new(Mutex::default);
     let password = config.database.password.as_ref().map(sluice_core::Secret::expose).unwrap_or_default();
     let s3_secret = s3.and_then(|s| s.secret_access_key.as_ref()).map(sluice_core::Secret::expose).unwrap_or_default();
     let key = format!("{}|{password}|{warehouse}|{}|{s3_secret}", json!(config), json!(s3));
@@ -54,6 +62,7 @@ pub fn serve(config: &IcebergSqlCatalog, warehouse: &str, s3: Option<&S3Config>)
         prefix: warehouse.to_string(),
         token: front.token.clone(),
         s3: s3.cloned(),
+        stores: Mutex::default(),
         commits: tokio::sync::Mutex::new(()),
     });
     let described = config.describe();
@@ -88,6 +97,8 @@ struct Catalog {
     prefix: String,
     token: String,
     s3: Option<S3Config>,
+    /// The file stores in use, by bucket (`""` for local files): one S3 client each, kept.
+    stores: Mutex<HashMap<String, Store>>,
     /// Commits and creates through this front, one at a time.
     commits: tokio::sync::Mutex<()>,
 }
@@ -251,7 +262,14 @@ async fn tables(State(catalog): Shared, Path((prefix, namespace)): Path<(String,
 
 impl Catalog {
     fn store(&self, location: &str) -> Result<Store> {
-        Store::for_files(location, self.s3.as_ref())
+        let bucket = location.strip_prefix("s3://").map_or("", |rest| rest.split('/').next().unwrap_or_default());
+        let mut stores = self.stores.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(store) = stores.get(bucket) {
+            return Ok(store.clone());
+        }
+        let store = Store::for_files(location, self.s3.as_ref())?;
+        stores.insert(bucket.to_string(), store.clone());
+        Ok(store)
     }
 
     /// The table's metadata file and its content; `None` when there is no such table.

@@ -17,7 +17,7 @@ use sluice_core::{Error, Result, Secret};
 
 use crate::postgres::SslMode;
 
-pub use front::serve;
+pub use front::{serve, tokens};
 
 /// Where an Iceberg SQL catalog is, and where its new tables go.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
