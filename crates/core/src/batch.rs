@@ -214,7 +214,9 @@ pub enum Payload {
 }
 
 /// Rows of one source table in PostgreSQL's `COPY … TO STDOUT` text format (tab-separated,
-/// `\N` for NULL, backslash escapes), printed with `TimeZone` UTC and `DateStyle` ISO. A
+/// `\N` for NULL, backslash escapes), printed with `TimeZone` UTC and `DateStyle` ISO, or in
+/// its binary format (one row a message, header and trailer taken off) when `binary` gives
+/// each field's form. A
 /// snapshot's rows are copies of a consistent state, so they are appended as they are instead
 /// of being merged by key like changes.
 #[derive(Debug, Clone)]
@@ -235,6 +237,8 @@ pub struct CopyRows {
     pub last: bool,
     /// The rows, one `COPY` data message (one line, newline included) each, as received.
     pub rows: Vec<bytes::Bytes>,
+    /// For binary rows, how each field is sent; `None` for text rows.
+    pub binary: Option<std::sync::Arc<Vec<crate::decode::Wire>>>,
 }
 
 impl CopyRows {

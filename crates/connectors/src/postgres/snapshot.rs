@@ -3,7 +3,9 @@
 //! restart resumes the copy; the stream from the slot's start then brings the rows up to date.
 
 use futures_util::StreamExt;
-use sluice_core::decode::unescape_copy_field;
+use std::sync::Arc;
+
+use sluice_core::decode::{Wire, binary_copy_rows, binary_fields, binary_text};
 use sluice_core::{CopyRows, Error, ErrorKind, Payload, Record, RecordMeta, Result};
 
 use super::cdc::{Cdc, Progress, RelationInfo};
@@ -98,7 +100,8 @@ impl Cdc {
                 progress.copying.as_ref().filter(|(t, _)| t == table && !whole_row).map(|(_, k)| k.clone());
             let mut after_tid: Option<String> = None;
             tracing::info!(table = %table, after = ?after, "Copying.");
-            let exprs = copy_exprs(&relation);
+            let (exprs, wires) = copy_exprs(&relation);
+            let wires = Arc::new(wires);
             let columns = relation.types.clone();
             let key_fields: Vec<usize> =
                 relation.key.iter().filter_map(|k| relation.columns.iter().position(|c| &c.0 == k)).collect();
@@ -123,7 +126,7 @@ impl Cdc {
                 };
                 let order = if whole_row { "t.ctid".to_string() } else { keys.join(", ") };
                 let sql = format!(
-                    "COPY (SELECT {} FROM {}.{} AS t {filter} ORDER BY {} LIMIT {}) TO STDOUT",
+                    "COPY (SELECT {} FROM {}.{} AS t {filter} ORDER BY {} LIMIT {}) TO STDOUT (FORMAT binary)",
                     exprs.join(", "),
                     quote_ident(schema),
                     quote_ident(name),
@@ -133,14 +136,20 @@ impl Cdc {
                 let stream = client.copy_out(&sql).await.map_err(|e| sql_error(&format!("copying {table}"), &e))?;
                 futures_util::pin_mut!(stream);
                 // Each data message is one row: kept as received, with no copy into one buffer.
-                let mut lines: Vec<bytes::Bytes> = Vec::with_capacity(limit as usize);
+                let mut messages: Vec<bytes::Bytes> = Vec::with_capacity(limit as usize + 1);
                 while let Some(part) = stream.next().await {
-                    lines.push(part.map_err(|e| sql_error(&format!("copying {table}"), &e))?);
+                    messages.push(part.map_err(|e| sql_error(&format!("copying {table}"), &e))?);
                 }
+                let lines = binary_copy_rows(messages)
+                    .map_err(|e| Error::new(ErrorKind::Transient, format!("copying {table}: {e}")))?;
                 let count = lines.len();
                 let done = count < limit as usize;
                 tracing::debug!(table = %table, rows = count, "Copied a chunk.");
-                let last = lines.last().and_then(|line| last_key(line, &key_fields));
+                let last = lines.last().and_then(|line| last_key(line, &key_fields, &wires));
+                if !done && !whole_row && last.is_none() {
+                    // Never page from the start again: that would copy the table forever.
+                    return Err(Error::new(ErrorKind::Fatal, format!("copying {table}: a row without its key")));
+                }
                 let last_tid = if whole_row && !lines.is_empty() {
                     let sql = format!(
                         "SELECT max(ctid)::text FROM (SELECT t.ctid FROM {}.{} AS t {filter} ORDER BY t.ctid LIMIT {limit}) s",
@@ -163,6 +172,7 @@ impl Cdc {
                         clear: after.is_none() && after_tid.is_none(),
                         last: done,
                         rows: lines,
+                        binary: Some(wires.clone()),
                     }),
                     meta: RecordMeta {
                         received_us: sluice_core::batch::now_us(),
@@ -206,24 +216,52 @@ impl Cdc {
     }
 }
 
-/// The expression that prints each column for `COPY`: arrays as JSON, so a list column reads
-/// them as a change's value; the column's type comes from `types.rs`, as a change's does.
-fn copy_exprs(relation: &RelationInfo) -> Vec<String> {
+/// What the binary `COPY` selects for each column, and the form it comes in. Booleans,
+/// integers, floats, dates, timestamps, bytea and text come in their binary form, which neither
+/// side prints or parses; arrays as JSON text (so a list column reads them as a change's
+/// value), every other type as its text (`::text`, as a change's value). The column's type
+/// comes from `types.rs`, as a change's does.
+fn copy_exprs(relation: &RelationInfo) -> (Vec<String>, Vec<Wire>) {
     relation
         .columns
         .iter()
         .map(|(name, info, _)| {
             let column = format!("t.{}", quote_ident(name));
-            if info.category == 'A' { format!("to_json({column})") } else { column }
+            if info.category == 'A' {
+                return (format!("to_json({column})::text"), Wire::Text);
+            }
+            let wire = match info.name.as_str() {
+                "bool" => Wire::Bool,
+                "int2" => Wire::Int2,
+                "int4" => Wire::Int4,
+                "int8" => Wire::Int8,
+                "float4" => Wire::Float4,
+                "float8" => Wire::Float8,
+                "date" => Wire::Date,
+                "timestamp" => Wire::Timestamp,
+                "timestamptz" => Wire::Timestamptz,
+                "bytea" => Wire::Bytea,
+                "text" | "varchar" | "bpchar" => Wire::Text,
+                _ => return (format!("{column}::text"), Wire::Text),
+            };
+            (column, wire)
         })
-        .collect()
+        .unzip()
 }
 
-/// The key fields of a chunk's last row, unescaped, for the next keyset filter.
-fn last_key(line: &[u8], key_fields: &[usize]) -> Option<Vec<String>> {
-    let line = String::from_utf8_lossy(line.strip_suffix(b"\n").unwrap_or(line));
-    let fields: Vec<&str> = line.split('\t').collect();
-    key_fields.iter().map(|i| fields.get(*i).map(|f| unescape_copy_field(f).into_owned())).collect()
+/// The key fields of a chunk's last row as text, for the next keyset filter.
+fn last_key(row: &[u8], key_fields: &[usize], wires: &[Wire]) -> Option<Vec<String>> {
+    let mut ranges = Vec::new();
+    if !binary_fields(row, &mut ranges) {
+        return None;
+    }
+    key_fields
+        .iter()
+        .map(|&i| {
+            let range = ranges.get(i)?.clone()?;
+            binary_text(*wires.get(i)?, &row[range]).map(std::borrow::Cow::into_owned)
+        })
+        .collect()
 }
 
 /// The SQL type of key column `k`, for the typed literal of a keyset filter.

@@ -1,5 +1,5 @@
-//! Snapshot rows in PostgreSQL's `COPY` text format: straight into the table's column builders,
-//! one row per line, with no JSON in between. A snapshot is a consistent copy, so its rows are
+//! Snapshot rows in PostgreSQL's `COPY` text or binary format (`copy_binary.rs`): straight
+//! into the table's column builders, one row per line or message, with no JSON in between. A snapshot is a consistent copy, so its rows are
 //! appended as they are; only when a history is kept, or changes share the batch, do they go
 //! through the mirror merge as `snapshot` changes.
 
@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::change::render;
+use super::copy_binary;
 use super::{Ctx, Decoded, Decoder, TableBuilder};
 use crate::batch::{ChangeOp, CopyRows, MirrorWrite, RecordMeta, SnapshotWrite};
 use crate::error::Result;
@@ -78,31 +79,77 @@ impl Decoder {
         let columns: Vec<Option<usize>> =
             plans.iter().map(|p| p.as_ref().map(|(name, ty, _)| builder.column(name, *ty))).collect();
         let mut types: Vec<_> = columns.iter().map(|i| i.map(|i| builder.schema.columns()[i].ty)).collect();
+        let wires = rows.binary.clone();
+        let mut ranges = Vec::new();
         for line in &rows.rows {
             out.events += 1;
             out.last_sequence += 1;
             let ctx = Ctx { table: &table, meta, seq: out.last_sequence };
             // Invalid UTF-8 (a server in another encoding) becomes U+FFFD rather than a failure.
-            let text = String::from_utf8_lossy(line.strip_suffix(b"\n").unwrap_or(line));
-            let fields: Vec<&str> = text.split('\t').collect();
-            if fields.len() != columns.len() {
-                let reason = format!("a COPY row with {} fields for {} columns", fields.len(), columns.len());
-                out.rejects.push(ctx.reject(None, None, text.to_string(), reason));
+            let text = match &wires {
+                None => String::from_utf8_lossy(line.strip_suffix(b"\n").unwrap_or(line)),
+                Some(_) => Cow::Borrowed(""),
+            };
+            let fields: Vec<&str> = if wires.is_none() { text.split('\t').collect() } else { Vec::new() };
+            let well_formed = match &wires {
+                None => fields.len() == columns.len(),
+                Some(_) => copy_binary::fields(line, &mut ranges) && ranges.len() == columns.len(),
+            };
+            if !well_formed {
+                let (raw, reason) = match &wires {
+                    None => (
+                        text.to_string(),
+                        format!("a COPY row with {} fields for {} columns", fields.len(), columns.len()),
+                    ),
+                    Some(_) => (
+                        String::from_utf8_lossy(line).into_owned(),
+                        format!("a binary COPY row that is not {} fields", columns.len()),
+                    ),
+                };
+                out.rejects.push(ctx.reject(None, None, raw, reason));
                 continue;
             }
             builder.push_metadata(&ctx, &self.metadata, &mut out.rejects);
-            for (k, (field, &i)) in fields.iter().zip(&columns).enumerate() {
+            for (k, &i) in columns.iter().enumerate() {
                 let (Some(i), Some(ty)) = (i, types[k]) else { continue };
-                let mut value = if *field == "\\N" { None } else { Some(unescape(field)) };
-                if let (Some(text), Some((_, _, Some((mask, keep))))) = (value.as_deref(), &plans[k]) {
-                    value = Some(Cow::Owned(mask_text(text, *mask, *keep)));
-                }
-                let fit = value.as_deref().map_or(Fit::Null, |v| fit_text(ty, v));
+                let mask = plans[k].as_ref().and_then(|(_, _, mask)| *mask);
+                // A binary field's form and bytes; `None` for a text row, or NULL.
+                let binary = wires.as_ref().zip(ranges.get(k).cloned().flatten()).map(|(w, r)| (w[k], &line[r]));
+                let is_null = match &wires {
+                    Some(_) => binary.is_none(),
+                    None => fields[k] == "\\N",
+                };
+                // The field as text: a text row's field unescaped, or a binary value's text form
+                // (for a masked column, a misfit's ledger row, or a column of another type).
+                let as_text = || -> Option<Cow<'_, str>> {
+                    match binary {
+                        _ if is_null => None,
+                        Some((wire, v)) => copy_binary::text_of(wire, v),
+                        None => Some(unescape(fields[k])),
+                    }
+                };
+                let fit = match (binary, mask) {
+                    _ if is_null => Fit::Null,
+                    (Some((wire, v)), None) => {
+                        copy_binary::fit_binary(wire, ty, v).unwrap_or(Fit::Misfit("not a value of the source's type"))
+                    }
+                    (_, mask) => match as_text() {
+                        None => Fit::Misfit("not a value of the source's type"),
+                        Some(value) => match mask {
+                            Some((mask, keep)) => fit_text(ty, &mask_text(&value, mask, keep)).into_owned(),
+                            None => fit_text(ty, &value).into_owned(),
+                        },
+                    },
+                };
                 match fit {
                     // The common case, straight into the column: it holds exactly the rows so far.
                     Fit::Misfit(_) | Fit::Widen(_) => {
-                        let raw = Value::String(value.as_deref().unwrap_or_default().to_string());
-                        builder.store(&ctx, i, fit, Some(&raw), &mut out.rejects);
+                        let raw = as_text().unwrap_or_default();
+                        let raw = match mask {
+                            Some((mask, keep)) => mask_text(&raw, mask, keep),
+                            None => raw.into_owned(),
+                        };
+                        builder.store(&ctx, i, fit, Some(&Value::String(raw)), &mut out.rejects);
                         types[k] = Some(builder.schema.columns()[i].ty);
                     }
                     fit if builder.columns[i].len() == builder.rows => builder.columns[i].push(fit),
@@ -219,6 +266,7 @@ mod tests {
                 clear,
                 last: false,
                 rows: lines.iter().map(|l| bytes::Bytes::from(format!("{l}\n"))).collect(),
+                binary: None,
             }),
             meta: RecordMeta { route: Some("t".into()), ..RecordMeta::default() },
         }
@@ -251,6 +299,50 @@ mod tests {
         let notes = arrow::array::AsArray::as_string::<i32>(notes);
         assert_eq!(notes.value(0), "tab\there");
         assert!(arrow::array::Array::is_null(notes, 1));
+    }
+
+    /// The same rows as above in the binary format: the same columns, values and ledger rows.
+    #[test]
+    fn binary_rows_decode_like_text_rows() {
+        use crate::decode::Wire;
+        let field = |v: Option<&[u8]>| match v {
+            Some(v) => [(v.len() as i32).to_be_bytes().as_slice(), v].concat(),
+            None => (-1i32).to_be_bytes().to_vec(),
+        };
+        let row = |fields: &[Option<&[u8]>]| {
+            let mut out = (fields.len() as i16).to_be_bytes().to_vec();
+            fields.iter().for_each(|f| out.extend(field(*f)));
+            bytes::Bytes::from(out)
+        };
+        // 2024-02-29 is 8,825 days after 2000-01-01.
+        let rows = vec![
+            row(&[Some(&1i64.to_be_bytes()), Some(&8825i32.to_be_bytes()), Some(b"12.50"), Some(b"tab\there")]),
+            row(&[Some(&2i64.to_be_bytes()), Some(&i32::MAX.to_be_bytes()), None, None]),
+            row(&[Some(&3i64.to_be_bytes()), Some(&8766i32.to_be_bytes()), Some(b"99999.99"), Some(b"over")]),
+            row(&[Some(&4i64.to_be_bytes()), Some(b"only two")]),
+            row(&[Some(&[0, 5]), None, None, None]),
+        ];
+        let mut record = copy(&[], true);
+        let Payload::Copy(copy_rows) = &mut record.payload else { unreachable!() };
+        copy_rows.rows = rows;
+        copy_rows.binary = Some(Arc::new(vec![Wire::Int8, Wire::Date, Wire::Text, Wire::Text]));
+        let changes = ChangeConfig { mode: Mode::Mirror, keys: Vec::new(), history: false, format: Format::Debezium };
+        let decoder = Decoder::new("[table]".into(), MetadataConfig::default(), HashMap::new()).with_changes(changes);
+        let (out, _) = decoder.decode(vec![record], 1).unwrap();
+        assert_eq!((out.events, out.rows), (5, 4));
+        let reasons: Vec<(Option<String>, String)> =
+            out.rejects.iter().map(|r| (r.column.clone(), r.reason.to_string())).collect();
+        assert_eq!(reasons.len(), 4, "{reasons:?}");
+        assert_eq!(reasons[0].0.as_deref(), Some("day"), "infinity is not a date: {reasons:?}");
+        assert_eq!(reasons[1].0.as_deref(), Some("amount"), "{reasons:?}");
+        assert!(reasons[2].1.contains("not 4 fields"), "{reasons:?}");
+        assert_eq!(reasons[3].0.as_deref(), Some("id"), "a two-byte int8: {reasons:?}");
+        let data = &out.tables[0].data;
+        let days =
+            arrow::array::AsArray::as_primitive::<arrow::datatypes::Date32Type>(data.column_by_name("day").unwrap());
+        assert_eq!(days.value(0), 19_782, "2024-02-29");
+        let notes = arrow::array::AsArray::as_string::<i32>(data.column_by_name("note").unwrap());
+        assert_eq!(notes.value(0), "tab\there", "binary text is not unescaped");
     }
 
     #[test]

@@ -252,6 +252,7 @@ pub fn copy(data: &[u8]) {
         clear: true,
         last: false,
         rows: lines.iter().map(|l| bytes::Bytes::from([*l, b"\n"].concat())).collect(),
+        binary: None,
     };
     let meta = RecordMeta { route: Some("t".into()), ..RecordMeta::default() };
     let mut records = vec![Record { payload: Payload::Copy(rows), meta: meta.clone() }];
