@@ -90,6 +90,9 @@ pub(crate) struct Context {
     degraded: AtomicBool,
     /// Rejoins the watchdog asked for (the `group_rejoins` metric).
     rejoins: AtomicU64,
+    /// The offset each partition held here was assigned at: the group's offset then, or a
+    /// later one stored with the rows.
+    assigned_at: Mutex<Offsets>,
 }
 
 impl Context {
@@ -113,6 +116,7 @@ impl Context {
             throttle: Throttle::new(throttle::WINDOW),
             degraded: AtomicBool::new(true),
             rejoins: AtomicU64::new(0),
+            assigned_at: Mutex::default(),
         }
     }
 
@@ -231,6 +235,9 @@ impl Context {
             let offset = match stored.max(group) {
                 Some(o) => {
                     buffer.read.entry(topic.clone()).or_default().insert(partition, o);
+                    if let Ok(mut at) = self.assigned_at.lock() {
+                        at.entry(topic.clone()).or_default().insert(partition, o);
+                    }
                     Offset::Offset(o)
                 }
                 None if self.start == StartFrom::Oldest => Offset::Beginning,
@@ -246,31 +253,24 @@ impl Context {
     /// Commit the durable offsets of the partitions being revoked to the group, synchronously,
     /// before they are let go: the member that takes one over starts from the group's offset,
     /// and the asynchronous commit that follows each write may not have reached the broker yet
-    /// (a restarted member re-read a unit or more per partition).
+    /// (a restarted member re-read a unit or more per partition). Only offsets this member
+    /// moved past where the partition was assigned: a partition that came back here and goes
+    /// again before a write has an older stored offset than the group's, which must not move
+    /// back.
     fn hand_over(&self, consumer: &BaseConsumer<Context>, revoked: &TopicPartitionList) {
         let durable = self.shared.durable.lock().map(|d| d.clone()).unwrap_or_default();
+        let Ok(mut assigned_at) = self.assigned_at.lock() else { return };
         let mut held = Offsets::new();
         for e in revoked.elements() {
-            if let Some(o) = durable.get(e.topic()).and_then(|p| p.get(&e.partition())) {
-                held.entry(e.topic().to_string()).or_default().insert(e.partition(), *o);
+            let (topic, partition) = (e.topic(), e.partition());
+            let from = assigned_at.get_mut(topic).and_then(|p| p.remove(&partition));
+            if let Some(o) = durable.get(topic).and_then(|p| p.get(&partition))
+                && from.is_none_or(|from| *o > from)
+            {
+                held.entry(topic.to_string()).or_default().insert(partition, *o);
             }
         }
-        // Never behind the group: a partition that came back here and was revoked again before
-        // a write has an older stored offset than the one another member committed since.
-        let group = match consumer.committed_offsets(tpl_of(&held), Duration::from_secs(5)) {
-            Ok(group) => group,
-            Err(e) => {
-                tracing::warn!(stream = %self.stream, error = %e, "Cannot read the group's offsets on revocation.");
-                return;
-            }
-        };
-        for (topic, partitions) in &mut held {
-            partitions.retain(|p, offset| match group.find_partition(topic, *p).map(|e| e.offset()) {
-                Some(Offset::Offset(at)) => *offset > at,
-                _ => true,
-            });
-        }
-        held.retain(|_, partitions| !partitions.is_empty());
+        drop(assigned_at);
         if held.is_empty() {
             return;
         }

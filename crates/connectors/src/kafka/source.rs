@@ -110,7 +110,18 @@ impl Source for KafkaSource {
         // Group offsets are for external lag tools and for another member taking over; the
         // offsets stored with the rows are what this stream resumes from. Committed at once, so
         // the window in which the group trails the stored offsets stays a broker round trip.
-        if let Err(e) = self.consumer.commit(&tpl_of(&offsets), CommitMode::Async) {
+        // Only partitions still assigned here: the position also names partitions another
+        // member holds now, whose group offsets must not move back.
+        let mut offsets = offsets;
+        if let Ok(assigned) = self.consumer.assignment() {
+            for (topic, partitions) in &mut offsets {
+                partitions.retain(|p, _| assigned.find_partition(topic, *p).is_some());
+            }
+            offsets.retain(|_, partitions| !partitions.is_empty());
+        }
+        if !offsets.is_empty()
+            && let Err(e) = self.consumer.commit(&tpl_of(&offsets), CommitMode::Async)
+        {
             tracing::debug!(error = %e, "Group offset commit failed.");
         }
         Ok(())

@@ -141,7 +141,7 @@ impl Cdc {
                     messages.push(part.map_err(|e| sql_error(&format!("copying {table}"), &e))?);
                 }
                 let lines = binary_copy_rows(messages)
-                    .map_err(|e| Error::new(ErrorKind::Transient, format!("copying {table}: {e}")))?;
+                    .map_err(|e| Error::new(ErrorKind::Fatal, format!("copying {table}: {e}")))?;
                 let count = lines.len();
                 let done = count < limit as usize;
                 tracing::debug!(table = %table, rows = count, "Copied a chunk.");

@@ -101,8 +101,9 @@ impl Decoder {
                         text.to_string(),
                         format!("a COPY row with {} fields for {} columns", fields.len(), columns.len()),
                     ),
+                    // As hex: the bytes may hold NULs, which a text column of the ledger refuses.
                     Some(_) => (
-                        String::from_utf8_lossy(line).into_owned(),
+                        line.iter().map(|b| format!("{b:02x}")).collect(),
                         format!("a binary COPY row that is not {} fields", columns.len()),
                     ),
                 };
@@ -114,7 +115,11 @@ impl Decoder {
                 let (Some(i), Some(ty)) = (i, types[k]) else { continue };
                 let mask = plans[k].as_ref().and_then(|(_, _, mask)| *mask);
                 // A binary field's form and bytes; `None` for a text row, or NULL.
-                let binary = wires.as_ref().zip(ranges.get(k).cloned().flatten()).map(|(w, r)| (w[k], &line[r]));
+                let binary = wires
+                    .as_ref()
+                    .and_then(|w| w.get(k).copied())
+                    .zip(ranges.get(k).cloned().flatten())
+                    .and_then(|(w, r)| Some((w, line.get(r)?)));
                 let is_null = match &wires {
                     Some(_) => binary.is_none(),
                     None => fields[k] == "\\N",

@@ -150,8 +150,7 @@ pub fn text_of(wire: Wire, v: &[u8]) -> Option<Cow<'_, str>> {
             i32::MAX => "infinity".into(),
             i32::MIN => "-infinity".into(),
             days => {
-                let date = chrono::DateTime::from_timestamp((i64::from(days) + EPOCH_DAYS) * 86_400, 0)?;
-                let (ymd, bc) = pg_date(date.date_naive());
+                let (ymd, bc) = pg_date(i64::from(days) + EPOCH_DAYS);
                 format!("{ymd}{bc}")
             }
         },
@@ -159,11 +158,13 @@ pub fn text_of(wire: Wire, v: &[u8]) -> Option<Cow<'_, str>> {
             i64::MAX => "infinity".into(),
             i64::MIN => "-infinity".into(),
             micros => {
-                let at = chrono::DateTime::from_timestamp_micros(micros.checked_add(EPOCH_MICROS)?)?;
+                let micros = i128::from(micros) + i128::from(EPOCH_MICROS);
+                let (days, in_day) = (micros.div_euclid(86_400_000_000), micros.rem_euclid(86_400_000_000));
+                let (ymd, bc) = pg_date(i64::try_from(days).ok()?);
                 let zone = if wire == Wire::Timestamptz { "+00" } else { "" };
-                let (ymd, bc) = pg_date(at.date_naive());
-                let time = at.format("%H:%M:%S");
-                match at.timestamp_subsec_micros() {
+                let seconds = in_day / 1_000_000;
+                let time = format!("{:02}:{:02}:{:02}", seconds / 3600, seconds / 60 % 60, seconds % 60);
+                match in_day % 1_000_000 {
                     0 => format!("{ymd} {time}{zone}{bc}"),
                     us => format!("{ymd} {time}.{}{zone}{bc}", format!("{us:06}").trim_end_matches('0')),
                 }
@@ -181,16 +182,28 @@ pub fn text_of(wire: Wire, v: &[u8]) -> Option<Cow<'_, str>> {
     Some(Cow::Owned(text))
 }
 
-/// A date as PostgreSQL prints it: at least four digits of year, unsigned (`12000-01-01`), and
-/// years before 1 as ` BC` (`0044-03-15 BC`); the suffix is returned apart, as it ends the text.
-fn pg_date(date: chrono::NaiveDate) -> (String, &'static str) {
-    use chrono::Datelike;
-    let (year, bc) = if date.year() <= 0 { (1 - date.year(), " BC") } else { (date.year(), "") };
-    (format!("{year:04}-{:02}-{:02}", date.month(), date.day()), bc)
+/// A date (days since 1970-01-01) as PostgreSQL prints it: at least four digits of year,
+/// unsigned (`12000-01-01`), and years before 1 as ` BC` (`0044-03-15 BC`); the suffix is
+/// returned apart, as it ends the text. The civil calendar in integers (H. Hinnant's
+/// `civil_from_days`), for every date PostgreSQL keeps (to 5874897 AD).
+fn pg_date(days: i64) -> (String, &'static str) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, bc) = if year <= 0 { (1 - year, " BC") } else { (year, "") };
+    (format!("{year:04}-{month:02}-{day:02}"), bc)
 }
 
 /// A float as PostgreSQL 12+ prints it: the shortest text that reads back the same value (a
-/// float4 by its own shortest form, so 1.1 stays 1.1 and not 1.100000023841858).
+/// float4 by its own shortest form, so 1.1 stays 1.1 and not 1.100000023841858), in plain
+/// notation for decimal exponents from -4 up to the type's digits (15, or 6 for a float4), else
+/// as `1.5e+15` / `1e-05`.
 fn float(value: f64, single: Option<f32>) -> String {
     if value.is_nan() {
         return "NaN".into();
@@ -198,10 +211,17 @@ fn float(value: f64, single: Option<f32>) -> String {
     if value.is_infinite() {
         return if value > 0.0 { "Infinity" } else { "-Infinity" }.into();
     }
-    match single {
-        Some(f) => f.to_string(),
-        None => value.to_string(),
+    let (scientific, plain, digits) = match single {
+        Some(f) => (format!("{f:e}"), f.to_string(), 6),
+        None => (format!("{value:e}"), value.to_string(), 15),
+    };
+    let Some((mantissa, exponent)) = scientific.split_once('e') else { return plain };
+    let Ok(exponent) = exponent.parse::<i32>() else { return plain };
+    if (-4..digits).contains(&exponent) {
+        return plain;
     }
+    let sign = if exponent < 0 { '-' } else { '+' };
+    format!("{mantissa}e{sign}{:02}", exponent.abs())
 }
 
 /// A field for a column of type `ty`: its value straight from the binary form, or through
@@ -294,6 +314,23 @@ mod tests {
         // A float4 keeps its own shortest form.
         assert_eq!(fit_binary(Wire::Float4, ColumnType::Double, &1.1f32.to_be_bytes()), Some(Fit::Float(1.1)));
         assert_eq!(text_of(Wire::Float8, &f64::NAN.to_be_bytes()).unwrap(), "NaN");
+        // PostgreSQL's notation: plain for exponents -4 to 14 (float4: to 5), else e+NN.
+        let f8 = |v: f64| text_of(Wire::Float8, &v.to_be_bytes()).unwrap().into_owned();
+        let f4 = |v: f32| text_of(Wire::Float4, &v.to_be_bytes()).unwrap().into_owned();
+        assert_eq!(
+            (f8(1e15), f8(1.5e15), f8(123456789012345.0), f8(0.0001), f8(1.5e-5)),
+            ("1e+15".into(), "1.5e+15".into(), "123456789012345".into(), "0.0001".into(), "1.5e-05".into())
+        );
+        assert_eq!((f8(-2.5e100), f8(0.0), f8(-0.0)), ("-2.5e+100".into(), "0".into(), "-0".into()));
+        assert_eq!(
+            (f4(1e6), f4(123456.0), f4(1.1), f4(3.4028235e38)),
+            ("1e+06".into(), "123456".into(), "1.1".into(), "3.4028235e+38".into())
+        );
+        // Dates past chrono's range, as PostgreSQL prints them.
+        let last = (2_147_483_493i64 - 2_440_588) as i32; // Julian day of 5874897-12-31, the last date
+        assert_eq!(text_of(Wire::Date, &(last - EPOCH_DAYS as i32).to_be_bytes()).unwrap(), "5874897-12-31");
+        let last_micro = 9_223_371_331_199_999_999i64; // PostgreSQL's last timestamp
+        assert_eq!(text_of(Wire::Timestamp, &last_micro.to_be_bytes()).unwrap(), "294276-12-31 23:59:59.999999");
         // An int into a VARCHAR column (a column retyped by a mapping) is its text.
         assert_eq!(fit_binary(Wire::Int8, ColumnType::Varchar, &42i64.to_be_bytes()), Some(Fit::Text("42".into())));
         assert_eq!(text_of(Wire::Bytea, &[0, 0xab]).unwrap(), "\\x00ab");

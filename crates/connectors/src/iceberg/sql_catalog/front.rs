@@ -97,7 +97,7 @@ struct Catalog {
     prefix: String,
     token: String,
     s3: Option<S3Config>,
-    /// The file stores in use, by bucket (`""` for local files): one S3 client each, kept.
+    /// The S3 stores in use, by bucket: one client each, kept.
     stores: Mutex<HashMap<String, Store>>,
     /// Commits and creates through this front, one at a time.
     commits: tokio::sync::Mutex<()>,
@@ -262,7 +262,9 @@ async fn tables(State(catalog): Shared, Path((prefix, namespace)): Path<(String,
 
 impl Catalog {
     fn store(&self, location: &str) -> Result<Store> {
-        let bucket = location.strip_prefix("s3://").map_or("", |rest| rest.split('/').next().unwrap_or_default());
+        // Only S3 clients are kept; any other location is checked (and refused) each time.
+        let Some(rest) = location.strip_prefix("s3://") else { return Store::for_files(location, self.s3.as_ref()) };
+        let bucket = rest.split('/').next().unwrap_or_default();
         let mut stores = self.stores.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(store) = stores.get(bucket) {
             return Ok(store.clone());
