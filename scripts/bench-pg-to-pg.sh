@@ -12,18 +12,23 @@
 # The CPU seconds of both clusters and of Sluice are printed for each run.
 # --keyed-target: `dst.items` is made first from the source's DDL (`pg_dump -s`: its primary key,
 # its int column), as a user who wants the key in the copy does; by default Sluice creates it.
+# --keyless: the source table has no primary key (REPLICA IDENTITY FULL), which the snapshot pages
+# by ranges of its pages; only the snapshot is timed (a keyless apply matches each change on the
+# whole row).
 # SLUICE_BIN=path runs that binary instead of building the release one (to compare two builds);
 # CHUNK=n sets the source's snapshot_chunk_rows (default 50000).
-# Usage: bash scripts/bench-pg-to-pg.sh [--rows N] [--keyed-target]
+# Usage: bash scripts/bench-pg-to-pg.sh [--rows N] [--keyed-target | --keyless]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS=5000000
 KEYED=""
+KEYLESS=""
 while [ $# -gt 0 ]; do
   case $1 in
     --rows) ROWS=$2; shift 2 ;;
     --keyed-target) KEYED=1; shift ;;
-    *) echo "usage: $0 [--rows N] [--keyed-target]" >&2; exit 2 ;;
+    --keyless) KEYLESS=1; shift ;;
+    *) echo "usage: $0 [--rows N] [--keyed-target | --keyless]" >&2; exit 2 ;;
   esac
 done
 TXS=5
@@ -102,6 +107,9 @@ sql src -c "CREATE TABLE items (id bigint PRIMARY KEY, sku text NOT NULL, name t
         timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second', NULL
       FROM generate_series(1, $ROWS) g" \
   -c "VACUUM ANALYZE items"
+if [ -n "$KEYLESS" ]; then
+  sql src -c "ALTER TABLE items DROP CONSTRAINT items_pkey" -c "ALTER TABLE items REPLICA IDENTITY FULL"
+fi
 checkpoint
 echo "   made in $(calc "round($(now) - $t0, 1)") s; $(sql src -c "SELECT pg_size_pretty(pg_table_size('items')) || ' heap, ' ||
   (pg_table_size('items') / $ROWS) || ' bytes/row on disk, ' || (SELECT avg(pg_column_size(i.*))::int FROM (SELECT * FROM items LIMIT 100000) i) || ' bytes/row as tuples'")"
@@ -162,6 +170,17 @@ snap_secs=$(calc "$t1 - $t0"); snap_pg_cpu=$(calc "$cpu1 - $cpu0"); snap_sluice_
 [ "$(sql dst -c "SELECT count(*) FROM items")" = "$ROWS" ] || { echo "snapshot: wrong row count in dst"; exit 1; }
 dst_indexes=$(sql dst -c "SELECT coalesce(string_agg(indexdef, '; '), 'none') FROM pg_indexes WHERE tablename = 'items'")
 snap_written=$(metric rows_written)
+if [ -n "$KEYLESS" ]; then
+  echo
+  echo "rows: $ROWS in a table without a key (REPLICA IDENTITY FULL); snapshot only"
+  echo
+  echo "| run | rows/s | seconds | PG CPU s | Sluice CPU s |"
+  echo "|---|---|---|---|---|"
+  printf "| pg_dump -t items src \\| psql dst2 (the baseline) | %.0f | %.1f | %.1f | |\n" "$(calc "$ROWS / $dump_secs")" "$dump_secs" "$dump_cpu"
+  printf "| Sluice snapshot (stream created → all rows in dst) | %.0f | %.1f | %.1f | %.1f |\n" "$(calc "$ROWS / $snap_secs")" "$snap_secs" "$snap_pg_cpu" "$snap_sluice_cpu"
+  printf "\nsnapshot / pg_dump|psql: %.2f×\n" "$(calc "$dump_secs / $snap_secs")"
+  exit 0
+fi
 
 echo "== $UPDATES updates at the source in $TXS transactions"
 # Let the stream settle (the snapshot's end, autovacuum of the new table) before timing.

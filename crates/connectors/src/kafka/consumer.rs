@@ -51,6 +51,9 @@ pub(crate) struct Shared {
     pub epoch: AtomicU64,
     /// Set when the source is dropped: stop, and do not wait on revocation.
     pub stopping: AtomicBool,
+    /// The partitions assigned here, kept by the rebalance callback, so that a commit can name
+    /// only those without asking librdkafka (whose `assignment()` waits on its own thread).
+    pub held: Mutex<std::collections::BTreeSet<(String, i32)>>,
 }
 
 /// The first message of a chunk on one partition: offset, timestamp (ms), chunk number.
@@ -373,11 +376,20 @@ impl ConsumerContext for Context {
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 self.place(consumer, tpl);
+                if let Ok(mut held) = self.shared.held.lock() {
+                    held.extend(tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())));
+                }
                 if let Err(e) = consumer.assign(tpl) {
                     tracing::error!(error = %e, "Assign failed.");
                 }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                // No longer named in the commits that follow each write.
+                if let Ok(mut held) = self.shared.held.lock() {
+                    for e in tpl.elements() {
+                        held.remove(&(e.topic().to_string(), e.partition()));
+                    }
+                }
                 // Make what was read durable before another member may read it again.
                 if !self.shared.stopping.load(Ordering::Acquire)
                     && let Some(no) = self.flush(true)

@@ -45,6 +45,7 @@ impl KafkaSource {
             durable_signal: Condvar::new(),
             epoch: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
+            held: Mutex::default(),
         });
         let (tx, rx) = mpsc::channel(64);
         let context = Context::new(stream, shared.clone(), tx, config.start, metrics);
@@ -113,12 +114,12 @@ impl Source for KafkaSource {
         // Only partitions still assigned here: the position also names partitions another
         // member holds now, whose group offsets must not move back.
         let mut offsets = offsets;
-        if let Ok(assigned) = self.consumer.assignment() {
+        if let Ok(held) = self.shared.held.lock() {
             for (topic, partitions) in &mut offsets {
-                partitions.retain(|p, _| assigned.find_partition(topic, *p).is_some());
+                partitions.retain(|p, _| held.contains(&(topic.clone(), *p)));
             }
-            offsets.retain(|_, partitions| !partitions.is_empty());
         }
+        offsets.retain(|_, partitions| !partitions.is_empty());
         if !offsets.is_empty()
             && let Err(e) = self.consumer.commit(&tpl_of(&offsets), CommitMode::Async)
         {

@@ -92,13 +92,15 @@ impl Cdc {
             let (schema, name) = table.split_once('.').ok_or_else(|| Error::new(ErrorKind::Config, "bad table"))?;
             let relation = relation(&client, &mut types, schema, name).await?;
             // A table whose key is its whole row (no primary key: REPLICA IDENTITY FULL) is paged
-            // by ctid inside this snapshot, not by a row comparison, which NULLs, duplicates and
-            // some types defeat. A ctid means nothing in another snapshot, so after a restart
-            // such a table is copied again from its start, its earlier rows cleared.
+            // by ranges of its pages inside this snapshot (a TID range scan, no sort), not by a
+            // row comparison, which NULLs, duplicates and some types defeat. A page means nothing
+            // in another snapshot, so after a restart such a table is copied again from its
+            // start, its earlier rows cleared.
             let whole_row = relation.key.len() == relation.columns.len();
             let mut after: Option<Vec<String>> =
                 progress.copying.as_ref().filter(|(t, _)| t == table && !whole_row).map(|(_, k)| k.clone());
-            let mut after_tid: Option<String> = None;
+            let (pages, rows_per_page) = if whole_row { pages(&client, schema, name).await? } else { (0, 0.0) };
+            let mut page = 0i64;
             tracing::info!(table = %table, after = ?after, "Copying.");
             let (exprs, wires) = copy_exprs(&relation);
             let wires = Arc::new(wires);
@@ -109,10 +111,16 @@ impl Cdc {
             let keys: Vec<String> = relation.key.iter().map(|k| format!("t.{}", quote_ident(k))).collect();
             let mut limit = self.config.snapshot_chunk_rows.min(2_000);
             loop {
-                let filter = match (&after, &after_tid) {
-                    (_, Some(tid)) if whole_row => format!("WHERE t.ctid > {}::tid", quote_literal(tid)),
-                    _ if whole_row => String::new(),
-                    (Some(last), _) => {
+                // Pages in this chunk of a keyless table, for about `limit` rows.
+                let span = if whole_row { ((f64::from(limit) / rows_per_page).ceil() as i64).max(1) } else { 0 };
+                let filter = match &after {
+                    _ if whole_row => {
+                        format!(
+                            "WHERE t.ctid >= '({page},0)'::tid AND t.ctid < '({},0)'::tid",
+                            page.saturating_add(span)
+                        )
+                    }
+                    Some(last) => {
                         let values: Vec<String> = last.iter().map(|v| quote_literal(v)).collect();
                         let casts: Vec<String> = relation
                             .key
@@ -122,16 +130,15 @@ impl Cdc {
                             .collect();
                         format!("WHERE ({}) > ({})", keys.join(", "), casts.join(", "))
                     }
-                    (None, _) => String::new(),
+                    None => String::new(),
                 };
-                let order = if whole_row { "t.ctid".to_string() } else { keys.join(", ") };
+                let paging =
+                    if whole_row { String::new() } else { format!("ORDER BY {} LIMIT {limit}", keys.join(", ")) };
                 let sql = format!(
-                    "COPY (SELECT {} FROM {}.{} AS t {filter} ORDER BY {} LIMIT {}) TO STDOUT (FORMAT binary)",
+                    "COPY (SELECT {} FROM {}.{} AS t {filter} {paging}) TO STDOUT (FORMAT binary)",
                     exprs.join(", "),
                     quote_ident(schema),
                     quote_ident(name),
-                    order,
-                    limit
                 );
                 let stream = client.copy_out(&sql).await.map_err(|e| sql_error(&format!("copying {table}"), &e))?;
                 futures_util::pin_mut!(stream);
@@ -143,25 +150,14 @@ impl Cdc {
                 let lines = binary_copy_rows(messages)
                     .map_err(|e| Error::new(ErrorKind::Fatal, format!("copying {table}: {e}")))?;
                 let count = lines.len();
-                let done = count < limit as usize;
+                let done = if whole_row { page.saturating_add(span) >= pages } else { count < limit as usize };
                 tracing::debug!(table = %table, rows = count, "Copied a chunk.");
                 let last = lines.last().and_then(|line| last_key(line, &key_fields, &wires));
                 if !done && !whole_row && last.is_none() {
                     // Never page from the start again: that would copy the table forever.
                     return Err(Error::new(ErrorKind::Fatal, format!("copying {table}: a row without its key")));
                 }
-                let last_tid = if whole_row && !lines.is_empty() {
-                    let sql = format!(
-                        "SELECT max(ctid)::text FROM (SELECT t.ctid FROM {}.{} AS t {filter} ORDER BY t.ctid LIMIT {limit}) s",
-                        quote_ident(schema),
-                        quote_ident(name)
-                    );
-                    let row =
-                        client.query_one(&sql, &[]).await.map_err(|e| sql_error(&format!("copying {table}"), &e))?;
-                    row.get::<_, Option<String>>(0)
-                } else {
-                    None
-                };
+                let clear = if whole_row { page == 0 } else { after.is_none() };
                 let records = vec![Record {
                     payload: Payload::Copy(CopyRows {
                         columns: columns.clone(),
@@ -169,7 +165,7 @@ impl Cdc {
                         db: self.config.database.clone(),
                         schema: schema.to_string(),
                         table: name.to_string(),
-                        clear: after.is_none() && after_tid.is_none(),
+                        clear,
                         last: done,
                         rows: lines,
                         binary: Some(wires.clone()),
@@ -206,7 +202,7 @@ impl Cdc {
                     break;
                 }
                 after = last;
-                after_tid = last_tid;
+                page = page.saturating_add(span);
             }
         }
         self.metrics.set_source("snapshot_percent", 100.0);
@@ -267,6 +263,22 @@ fn last_key(row: &[u8], key_fields: &[usize], wires: &[Wire]) -> Option<Vec<Stri
 /// The SQL type of key column `k`, for the typed literal of a keyset filter.
 fn type_of(relation: &RelationInfo, k: &str) -> String {
     relation.columns.iter().find(|c| c.0 == k).map_or_else(|| "text".into(), |c| c.1.name.clone())
+}
+
+/// The pages of `schema.table` now (at least those the snapshot sees: pages added since hold no
+/// row it sees) and the rows a page holds by the planner's statistics (50 without them).
+async fn pages(client: &tokio_postgres::Client, schema: &str, table: &str) -> Result<(i64, f64)> {
+    let qualified = format!("{}.{}", quote_ident(schema), quote_ident(table));
+    let row = client
+        .query_one(
+            "SELECT (pg_relation_size(c.oid) / current_setting('block_size')::int8)::int8, \
+             CASE WHEN c.relpages > 0 AND c.reltuples > 0 THEN c.reltuples / c.relpages ELSE 50 END::float8 \
+             FROM pg_class c WHERE c.oid = $1::text::regclass",
+            &[&qualified],
+        )
+        .await
+        .map_err(|e| sql_error(&format!("reading the size of {schema}.{table}"), &e))?;
+    Ok((row.get(0), row.get::<_, f64>(1).max(1.0)))
 }
 
 /// Rows the snapshot will copy: the planner's estimate for tables that have statistics, and a
