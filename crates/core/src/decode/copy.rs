@@ -142,7 +142,7 @@ impl Decoder {
                         None => Fit::Misfit("not a value of the source's type"),
                         Some(value) => match mask {
                             Some((mask, keep)) => fit_text(ty, &mask_text(&value, mask, keep)).into_owned(),
-                            None => fit_text(ty, &value).into_owned(),
+                            None => copy_binary::fit_cow(ty, value),
                         },
                     },
                 };

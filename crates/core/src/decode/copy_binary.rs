@@ -225,13 +225,21 @@ fn float(value: f64, single: Option<f32>) -> String {
 }
 
 /// A field for a column of type `ty`: its value straight from the binary form, or through
-/// its text (`None` when the bytes are not a value of the wire type).
-pub fn fit_binary(wire: Wire, ty: ColumnType, v: &[u8]) -> Option<Fit<'static>> {
+/// its text (`None` when the bytes are not a value of the wire type). Text borrowed from the
+/// row stays borrowed until it is copied into the column.
+pub fn fit_binary(wire: Wire, ty: ColumnType, v: &[u8]) -> Option<Fit<'_>> {
     if let Some(fit) = native(wire, ty, v) {
         return Some(fit);
     }
-    let text = text_of(wire, v)?;
-    Some(fit_text(ty, &text).into_owned())
+    Some(fit_cow(ty, text_of(wire, v)?))
+}
+
+/// [`fit_text`] of a value that may be borrowed: a borrowed one's fit borrows it too.
+pub(super) fn fit_cow(ty: ColumnType, text: Cow<'_, str>) -> Fit<'_> {
+    match text {
+        Cow::Borrowed(text) => fit_text(ty, text),
+        Cow::Owned(text) => fit_text(ty, &text).into_owned(),
+    }
 }
 
 #[cfg(test)]
