@@ -223,8 +223,11 @@ pub enum Payload {
 pub struct CopyRows {
     /// The columns, in field order, with the type each gets in a new table.
     pub columns: std::sync::Arc<Vec<(String, ColumnType)>>,
-    /// The source table's key columns.
+    /// The source table's key columns: every column when it has no key (`whole_row`).
     pub keys: Vec<String>,
+    /// The source table has no primary key: its rows are identified by every value, which is
+    /// no key for a destination's table (values may be NULL and rows may repeat).
+    pub whole_row: bool,
     /// Source database, schema and table (for `[db]`, `[schema]` and `[table]`).
     pub db: String,
     /// Source schema.

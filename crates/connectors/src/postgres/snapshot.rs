@@ -1,11 +1,12 @@
-//! The initial copy: every table in key order, in chunks, inside the slot's exported snapshot
-//! when there is one. Progress (tables done, last key copied) is stored with each chunk, so a
-//! restart resumes the copy; the stream from the slot's start then brings the rows up to date.
+//! The initial copy: every table by one `COPY` in key order, cut into chunks as it streams in,
+//! inside the slot's exported snapshot when there is one. Progress (tables done, last key
+//! copied) is stored with each chunk, so a restart resumes the copy; the stream from the slot's
+//! start then brings the rows up to date.
 
 use futures_util::StreamExt;
 use std::sync::Arc;
 
-use sluice_core::decode::{Wire, binary_copy_rows, binary_fields, binary_text};
+use sluice_core::decode::{BinaryCopyReader, Wire, binary_fields, binary_text};
 use sluice_core::{CopyRows, Error, ErrorKind, Payload, Record, RecordMeta, Result};
 
 use super::cdc::{Cdc, Progress, RelationInfo};
@@ -21,13 +22,13 @@ fn quote_ident(v: &str) -> String {
 }
 
 /// The columns of `schema.table` (name, type OID, modifier) and its key: the primary key, or
-/// every column for a table with REPLICA IDENTITY FULL and no primary key.
+/// every column for a table with REPLICA IDENTITY FULL and no primary key (then `true`).
 pub(super) async fn relation(
     client: &tokio_postgres::Client,
     types: &mut Types,
     schema: &str,
     table: &str,
-) -> Result<RelationInfo> {
+) -> Result<(RelationInfo, bool)> {
     let qualified = format!("{}.{}", quote_ident(schema), quote_ident(table));
     let rows = client
         .query(
@@ -49,10 +50,11 @@ pub(super) async fn relation(
         }
         columns.push((name, info, typmod));
     }
-    if key.is_empty() {
+    let keyless = key.is_empty();
+    if keyless {
         key = columns.iter().map(|c| c.0.clone()).collect();
     }
-    Ok(RelationInfo::new(schema.into(), table.into(), columns, key))
+    Ok((RelationInfo::new(schema.into(), table.into(), columns, key), keyless))
 }
 
 impl Cdc {
@@ -90,17 +92,15 @@ impl Cdc {
                 continue;
             }
             let (schema, name) = table.split_once('.').ok_or_else(|| Error::new(ErrorKind::Config, "bad table"))?;
-            let relation = relation(&client, &mut types, schema, name).await?;
-            // A table whose key is its whole row (no primary key: REPLICA IDENTITY FULL) is paged
-            // by ranges of its pages inside this snapshot (a TID range scan, no sort), not by a
-            // row comparison, which NULLs, duplicates and some types defeat. A page means nothing
-            // in another snapshot, so after a restart such a table is copied again from its
-            // start, its earlier rows cleared.
-            let whole_row = relation.key.len() == relation.columns.len();
-            let mut after: Option<Vec<String>> =
-                progress.copying.as_ref().filter(|(t, _)| t == table && !whole_row).map(|(_, k)| k.clone());
-            let (pages, rows_per_page) = if whole_row { pages(&client, schema, name).await? } else { (0, 0.0) };
-            let mut page = 0i64;
+            let (relation, keyless) = relation(&client, &mut types, schema, name).await?;
+            // The table is read by one `COPY` in key order (an index scan of the primary key),
+            // cut into chunks here as its rows stream in; each chunk records the last key it
+            // holds, so a restart reads on from there in a new snapshot. A table without a primary
+            // key (REPLICA IDENTITY FULL) is read in heap order: a row has no place in another
+            // snapshot, so after a restart such a table is copied again from its start, its earlier
+            // rows cleared.
+            let after: Option<Vec<String>> =
+                progress.copying.as_ref().filter(|(t, _)| t == table && !keyless).map(|(_, k)| k.clone());
             tracing::info!(table = %table, after = ?after, "Copying.");
             let (exprs, wires) = copy_exprs(&relation);
             let wires = Arc::new(wires);
@@ -109,59 +109,62 @@ impl Cdc {
                 relation.key.iter().filter_map(|k| relation.columns.iter().position(|c| &c.0 == k)).collect();
             // Qualified, so that ordering uses the columns and not the select list's texts.
             let keys: Vec<String> = relation.key.iter().map(|k| format!("t.{}", quote_ident(k))).collect();
-            let mut limit = self.config.snapshot_chunk_rows.min(2_000);
-            loop {
-                // Pages in this chunk of a keyless table, for about `limit` rows.
-                let span = if whole_row { ((f64::from(limit) / rows_per_page).ceil() as i64).max(1) } else { 0 };
-                let filter = match &after {
-                    _ if whole_row => {
-                        format!(
-                            "WHERE t.ctid >= '({page},0)'::tid AND t.ctid < '({},0)'::tid",
-                            page.saturating_add(span)
-                        )
-                    }
-                    Some(last) => {
-                        let values: Vec<String> = last.iter().map(|v| quote_literal(v)).collect();
-                        let casts: Vec<String> = relation
-                            .key
-                            .iter()
-                            .zip(&values)
-                            .map(|(k, v)| format!("{v}::{}", type_of(&relation, k)))
-                            .collect();
-                        format!("WHERE ({}) > ({})", keys.join(", "), casts.join(", "))
-                    }
-                    None => String::new(),
-                };
-                let paging =
-                    if whole_row { String::new() } else { format!("ORDER BY {} LIMIT {limit}", keys.join(", ")) };
-                let sql = format!(
-                    "COPY (SELECT {} FROM {}.{} AS t {filter} {paging}) TO STDOUT (FORMAT binary)",
-                    exprs.join(", "),
-                    quote_ident(schema),
-                    quote_ident(name),
-                );
-                let stream = client.copy_out(&sql).await.map_err(|e| sql_error(&format!("copying {table}"), &e))?;
-                futures_util::pin_mut!(stream);
-                // Each data message is one row: kept as received, with no copy into one buffer.
-                let mut messages: Vec<bytes::Bytes> = Vec::with_capacity(limit as usize + 1);
-                while let Some(part) = stream.next().await {
-                    messages.push(part.map_err(|e| sql_error(&format!("copying {table}"), &e))?);
+            let filter = match &after {
+                Some(last) => {
+                    let values: Vec<String> = last.iter().map(|v| quote_literal(v)).collect();
+                    let casts: Vec<String> = relation
+                        .key
+                        .iter()
+                        .zip(&values)
+                        .map(|(k, v)| format!("{v}::{}", type_of(&relation, k)))
+                        .collect();
+                    format!("WHERE ({}) > ({})", keys.join(", "), casts.join(", "))
                 }
-                let lines = binary_copy_rows(messages)
-                    .map_err(|e| Error::new(ErrorKind::Fatal, format!("copying {table}: {e}")))?;
+                None => String::new(),
+            };
+            let order = if keyless { String::new() } else { format!("ORDER BY {}", keys.join(", ")) };
+            let sql = format!(
+                "COPY (SELECT {} FROM {}.{} AS t {filter} {order}) TO STDOUT (FORMAT binary)",
+                exprs.join(", "),
+                quote_ident(schema),
+                quote_ident(name),
+            );
+            let stream = client.copy_out(&sql).await.map_err(|e| sql_error(&format!("copying {table}"), &e))?;
+            futures_util::pin_mut!(stream);
+            let mut reader = BinaryCopyReader::default();
+            let mut first = true;
+            let mut limit = self.config.snapshot_chunk_rows.min(2_000) as usize;
+            loop {
+                // Each data message is one row: kept as received, with no copy into one buffer.
+                let mut lines: Vec<bytes::Bytes> = Vec::with_capacity(limit);
+                let mut done = false;
+                while lines.len() < limit {
+                    let Some(part) = stream.next().await else {
+                        done = true;
+                        break;
+                    };
+                    let message = part.map_err(|e| sql_error(&format!("copying {table}"), &e))?;
+                    if let Some(row) = reader
+                        .row(message)
+                        .map_err(|e| Error::new(ErrorKind::Fatal, format!("copying {table}: {e}")))?
+                    {
+                        lines.push(row);
+                    }
+                }
                 let count = lines.len();
-                let done = if whole_row { page.saturating_add(span) >= pages } else { count < limit as usize };
                 tracing::debug!(table = %table, rows = count, "Copied a chunk.");
                 let last = lines.last().and_then(|line| last_key(line, &key_fields, &wires));
-                if !done && !whole_row && last.is_none() {
+                if !done && !keyless && last.is_none() {
                     // Never page from the start again: that would copy the table forever.
                     return Err(Error::new(ErrorKind::Fatal, format!("copying {table}: a row without its key")));
                 }
-                let clear = if whole_row { page == 0 } else { after.is_none() };
+                let clear = first && (keyless || after.is_none());
+                first = false;
                 let records = vec![Record {
                     payload: Payload::Copy(CopyRows {
                         columns: columns.clone(),
                         keys: relation.key.clone(),
+                        whole_row: keyless,
                         db: self.config.database.clone(),
                         schema: schema.to_string(),
                         table: name.to_string(),
@@ -176,18 +179,17 @@ impl Cdc {
                         ..RecordMeta::default()
                     },
                 }];
-                let rows = count;
                 // Small first chunks fill the pipeline (read, decode, write) sooner.
-                limit = (limit * 4).min(self.config.snapshot_chunk_rows);
-                copied_rows += rows as u64;
+                limit = (limit * 4).min(self.config.snapshot_chunk_rows as usize);
+                copied_rows += count as u64;
                 if done {
                     progress.copied.push(table.clone());
                     progress.copying = None;
-                } else if whole_row {
+                } else if keyless {
                     // Marks the table as begun: a restart copies it again from its start.
                     progress.copying = Some((table.clone(), Vec::new()));
-                } else {
-                    progress.copying = last.clone().map(|k| (table.clone(), k));
+                } else if let Some(k) = last {
+                    progress.copying = Some((table.clone(), k));
                 }
                 self.metrics.set_state("snapshotting", None);
                 self.metrics.set_source("snapshot_rows", copied_rows as f64);
@@ -201,8 +203,6 @@ impl Cdc {
                 if done {
                     break;
                 }
-                after = last;
-                page = page.saturating_add(span);
             }
         }
         self.metrics.set_source("snapshot_percent", 100.0);
@@ -263,22 +263,6 @@ fn last_key(row: &[u8], key_fields: &[usize], wires: &[Wire]) -> Option<Vec<Stri
 /// The SQL type of key column `k`, for the typed literal of a keyset filter.
 fn type_of(relation: &RelationInfo, k: &str) -> String {
     relation.columns.iter().find(|c| c.0 == k).map_or_else(|| "text".into(), |c| c.1.name.clone())
-}
-
-/// The pages of `schema.table` now (at least those the snapshot sees: pages added since hold no
-/// row it sees) and the rows a page holds by the planner's statistics (50 without them).
-async fn pages(client: &tokio_postgres::Client, schema: &str, table: &str) -> Result<(i64, f64)> {
-    let qualified = format!("{}.{}", quote_ident(schema), quote_ident(table));
-    let row = client
-        .query_one(
-            "SELECT (pg_relation_size(c.oid) / current_setting('block_size')::int8)::int8, \
-             CASE WHEN c.relpages > 0 AND c.reltuples > 0 THEN c.reltuples / c.relpages ELSE 50 END::float8 \
-             FROM pg_class c WHERE c.oid = $1::text::regclass",
-            &[&qualified],
-        )
-        .await
-        .map_err(|e| sql_error(&format!("reading the size of {schema}.{table}"), &e))?;
-    Ok((row.get(0), row.get::<_, f64>(1).max(1.0)))
 }
 
 /// Rows the snapshot will copy: the planner's estimate for tables that have statistics, and a

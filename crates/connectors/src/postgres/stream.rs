@@ -158,7 +158,7 @@ impl Cdc {
             columns.push((c.name.clone(), info, c.typmod));
         }
         let primary =
-            super::snapshot::relation(client, types, &r.schema, &r.name).await.map(|i| i.key).unwrap_or_default();
+            super::snapshot::relation(client, types, &r.schema, &r.name).await.map(|(i, _)| i.key).unwrap_or_default();
         let flagged: Vec<String> = r.columns.iter().filter(|c| c.key).map(|c| c.name.clone()).collect();
         let key = if !primary.is_empty() && primary.len() < columns.len().max(2) {
             primary

@@ -73,7 +73,7 @@ impl Decoder {
         let snapshot = builder.snapshot.get_or_insert_with(SnapshotWrite::default);
         snapshot.clear |= rows.clear;
         snapshot.complete |= rows.last;
-        if snapshot.keys.is_empty() {
+        if snapshot.keys.is_empty() && !rows.whole_row {
             snapshot.keys.clone_from(&source_keys);
         }
         let columns: Vec<Option<usize>> =
@@ -265,6 +265,7 @@ mod tests {
                     ("note".into(), ColumnType::Varchar),
                 ]),
                 keys: vec!["id".into()],
+                whole_row: false,
                 db: "d".into(),
                 schema: "public".into(),
                 table: "t".into(),

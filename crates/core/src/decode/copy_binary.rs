@@ -49,9 +49,25 @@ const LAST_DAY: i64 = 2_932_896;
 /// The rows of one binary `COPY … TO STDOUT`, from its data messages as the server sends them
 /// (one row each; the header comes before the first row, the trailer in a message of its own).
 pub fn binary_copy_rows(messages: Vec<Bytes>) -> Result<Vec<Bytes>, String> {
+    let mut reader = BinaryCopyReader::default();
     let mut rows = Vec::with_capacity(messages.len());
-    for (i, mut message) in messages.into_iter().enumerate() {
-        if i == 0 {
+    for message in messages {
+        rows.extend(reader.row(message)?);
+    }
+    Ok(rows)
+}
+
+/// Reads a binary `COPY … TO STDOUT` one data message at a time, as it streams in: the header
+/// is taken off the first message, the trailer is no row.
+#[derive(Debug, Default)]
+pub struct BinaryCopyReader {
+    header_read: bool,
+}
+
+impl BinaryCopyReader {
+    /// The row in `message`, if it holds one.
+    pub fn row(&mut self, mut message: Bytes) -> Result<Option<Bytes>, String> {
+        if !self.header_read {
             if message.len() < 19 || &message[..11] != SIGNATURE {
                 return Err("a binary COPY without its signature".into());
             }
@@ -61,14 +77,14 @@ pub fn binary_copy_rows(messages: Vec<Bytes>) -> Result<Vec<Bytes>, String> {
                 return Err("a binary COPY header cut short".into());
             }
             message = message.slice(header..);
+            self.header_read = true;
         }
         // The trailer: a field count of -1.
         if message.is_empty() || message.as_ref() == [0xff, 0xff] {
-            continue;
+            return Ok(None);
         }
-        rows.push(message);
+        Ok(Some(message))
     }
-    Ok(rows)
 }
 
 /// The fields of one binary row as ranges of `row` (`None` for NULL); `false` when the row is

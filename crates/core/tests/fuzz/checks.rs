@@ -246,6 +246,7 @@ pub fn copy(data: &[u8]) {
     let rows = CopyRows {
         columns: Arc::new(columns),
         keys: vec!["c0".into()],
+        whole_row: false,
         db: "d".into(),
         schema: "public".into(),
         table: "t".into(),

@@ -137,6 +137,7 @@ proptest! {
         let copy = CopyRows {
             columns: Arc::new(columns),
             keys: vec!["c0".into()],
+            whole_row: false,
             db: "d".into(),
             schema: "s".into(),
             table: "t".into(),
@@ -164,6 +165,7 @@ proptest! {
         let rows = CopyRows {
             columns: Arc::new(columns),
             keys: vec!["c0".into()],
+            whole_row: false,
             db: "d".into(),
             schema: "s".into(),
             table: "t".into(),
