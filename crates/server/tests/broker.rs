@@ -202,8 +202,25 @@ pub fn produce_orders(
     step: usize,
     pause_ms: u64,
 ) -> tokio::task::JoinHandle<()> {
+    let limit = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(total));
+    produce_orders_up_to(producer, topic, total, step, pause_ms, limit)
+}
+
+/// [`produce_orders`], never past `limit` orders produced: the test raises it, so the producer
+/// cannot finish ahead of a stream held up by a restart.
+pub fn produce_orders_up_to(
+    producer: FutureProducer,
+    topic: &'static str,
+    total: usize,
+    step: usize,
+    pause_ms: u64,
+    limit: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         for start in (0..total).step_by(step) {
+            while start >= limit.load(std::sync::atomic::Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             let values: Vec<String> = (start..(start + step).min(total))
                 .map(|i| {
                     if i >= total / 2 {

@@ -153,8 +153,14 @@ impl PostgresConfig {
 
     /// A SQL session.
     pub(crate) async fn connect(&self) -> Result<tokio_postgres::Client> {
+        Ok(self.session().await?.detach())
+    }
+
+    /// A SQL session whose connection is cut when it is dropped before [`Session::detach`]:
+    /// a statement still streaming (a snapshot's `COPY`) ends with it, on the server too.
+    pub(crate) async fn session(&self) -> Result<Session> {
         let password = self.password();
-        connect(Endpoint {
+        open(Endpoint {
             host: &self.host,
             port: self.port,
             database: &self.database,
@@ -164,6 +170,32 @@ impl PostgresConfig {
             sslrootcert: self.sslrootcert.as_deref(),
         })
         .await
+    }
+}
+
+/// A client and its connection's task, aborted on drop unless detached. tokio-postgres reads
+/// a response to its end even after its reader is gone, so a `COPY` left half-read would
+/// otherwise go on streaming the rest of the table, its transaction open, in the background.
+pub(crate) struct Session {
+    pub(crate) client: tokio_postgres::Client,
+    task: AbortOnDrop,
+}
+
+struct AbortOnDrop(Option<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Session {
+    /// The client, its connection left to end when the client is dropped.
+    pub(crate) fn detach(mut self) -> tokio_postgres::Client {
+        self.task.0 = None;
+        self.client
     }
 }
 
@@ -179,6 +211,10 @@ pub(crate) fn validate_tls(prefix: &str, mode: SslMode, root: Option<&std::path:
 
 /// A SQL session, over TLS as `sslmode` asks.
 pub(crate) async fn connect(to: Endpoint<'_>) -> Result<tokio_postgres::Client> {
+    Ok(open(to).await?.detach())
+}
+
+async fn open(to: Endpoint<'_>) -> Result<Session> {
     let mut config = tokio_postgres::Config::new();
     config
         .host(to.host)
@@ -196,28 +232,28 @@ pub(crate) async fn connect(to: Endpoint<'_>) -> Result<tokio_postgres::Client> 
     let failed = |e: tokio_postgres::Error| {
         Error::new(ErrorKind::Connect, format!("cannot connect to {}:{}: {}", to.host, to.port, cause(&e)))
     };
-    let client = match super::tls::client_config(to.sslmode, to.sslrootcert)? {
+    let session = match super::tls::client_config(to.sslmode, to.sslrootcert)? {
         None => {
             let (client, connection) = config.connect(tokio_postgres::NoTls).await.map_err(failed)?;
-            tokio::spawn(async move {
+            let task = tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::debug!(error = %e, "Postgres connection ended.");
                 }
             });
-            client
+            Session { client, task: AbortOnDrop(Some(task.abort_handle())) }
         }
         Some(tls) => {
             let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
             let (client, connection) = config.connect(tls).await.map_err(failed)?;
-            tokio::spawn(async move {
+            let task = tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::debug!(error = %e, "Postgres connection ended.");
                 }
             });
-            client
+            Session { client, task: AbortOnDrop(Some(task.abort_handle())) }
         }
     };
-    Ok(client)
+    Ok(session)
 }
 
 /// The server's own message for an error, when it sent one.

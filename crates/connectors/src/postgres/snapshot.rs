@@ -65,7 +65,10 @@ impl Cdc {
         progress: &mut Progress,
         snapshot: Option<String>,
     ) -> Result<()> {
-        let client = self.config.connect().await?;
+        // Dropped before its end (the stream stopped, an error), the session cuts its connection:
+        // the server stops the table's `COPY` and ends the snapshot's transaction.
+        let session = self.config.session().await?;
+        let client = &session.client;
         client
             .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await
@@ -76,14 +79,17 @@ impl Cdc {
                 .await
                 .map_err(|e| sql_error("using the slot's snapshot", &e))?;
         }
-        // The text forms the decoder reads: instants in UTC, ISO dates, bytea as hex.
+        // The text forms the decoder reads: instants in UTC, ISO dates, bytea as hex. A table's
+        // rows come by one statement in key order: by the key's index rather than after a sort
+        // of the whole table (the first rows come at once), and with no time limit.
         client
             .batch_execute(
-                "SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, YMD'; SET LOCAL bytea_output = 'hex'",
+                "SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, YMD'; SET LOCAL bytea_output = 'hex'; \
+                 SET LOCAL enable_sort = off; SET LOCAL statement_timeout = 0",
             )
             .await
             .map_err(|e| sql_error("setting up the snapshot session", &e))?;
-        let total = estimate_rows(&client, tables).await;
+        let total = estimate_rows(client, tables).await;
         let mut types = Types::default();
         let mut copied_rows = 0u64;
         let started = std::time::Instant::now();
@@ -92,15 +98,18 @@ impl Cdc {
                 continue;
             }
             let (schema, name) = table.split_once('.').ok_or_else(|| Error::new(ErrorKind::Config, "bad table"))?;
-            let (relation, keyless) = relation(&client, &mut types, schema, name).await?;
+            let (relation, keyless) = relation(client, &mut types, schema, name).await?;
             // The table is read by one `COPY` in key order (an index scan of the primary key),
             // cut into chunks here as its rows stream in; each chunk records the last key it
             // holds, so a restart reads on from there in a new snapshot. A table without a primary
             // key (REPLICA IDENTITY FULL) is read in heap order: a row has no place in another
             // snapshot, so after a restart such a table is copied again from its start, its earlier
             // rows cleared.
-            let after: Option<Vec<String>> =
-                progress.copying.as_ref().filter(|(t, _)| t == table && !keyless).map(|(_, k)| k.clone());
+            let after: Option<Vec<String>> = progress
+                .copying
+                .as_ref()
+                .filter(|(t, k)| t == table && !keyless && !k.is_empty())
+                .map(|(_, k)| k.clone());
             tracing::info!(table = %table, after = ?after, "Copying.");
             let (exprs, wires) = copy_exprs(&relation);
             let wires = Arc::new(wires);
@@ -208,6 +217,7 @@ impl Cdc {
         self.metrics.set_source("snapshot_percent", 100.0);
         tracing::info!(rows = copied_rows, ms = started.elapsed().as_millis() as u64, "Snapshot read.");
         let _ = client.batch_execute("COMMIT").await;
+        session.detach();
         Ok(())
     }
 }
