@@ -232,28 +232,27 @@ async fn open(to: Endpoint<'_>) -> Result<Session> {
     let failed = |e: tokio_postgres::Error| {
         Error::new(ErrorKind::Connect, format!("cannot connect to {}:{}: {}", to.host, to.port, cause(&e)))
     };
-    let session = match super::tls::client_config(to.sslmode, to.sslrootcert)? {
-        None => {
-            let (client, connection) = config.connect(tokio_postgres::NoTls).await.map_err(failed)?;
-            let task = tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::debug!(error = %e, "Postgres connection ended.");
-                }
-            });
-            Session { client, task: AbortOnDrop(Some(task.abort_handle())) }
-        }
+    Ok(match super::tls::client_config(to.sslmode, to.sslrootcert)? {
+        None => spawned(config.connect(tokio_postgres::NoTls).await.map_err(failed)?),
         Some(tls) => {
             let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
-            let (client, connection) = config.connect(tls).await.map_err(failed)?;
-            let task = tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::debug!(error = %e, "Postgres connection ended.");
-                }
-            });
-            Session { client, task: AbortOnDrop(Some(task.abort_handle())) }
+            spawned(config.connect(tls).await.map_err(failed)?)
         }
-    };
-    Ok(session)
+    })
+}
+
+/// A session whose connection runs on a task of its own.
+fn spawned<S, T>((client, connection): (tokio_postgres::Client, tokio_postgres::Connection<S, T>)) -> Session
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let task = tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "Postgres connection ended.");
+        }
+    });
+    Session { client, task: AbortOnDrop(Some(task.abort_handle())) }
 }
 
 /// The server's own message for an error, when it sent one.

@@ -162,7 +162,8 @@ impl Cdc {
                 }
                 let count = lines.len();
                 tracing::debug!(table = %table, rows = count, "Copied a chunk.");
-                let last = lines.last().and_then(|line| last_key(line, &key_fields, &wires));
+                let last =
+                    if keyless { None } else { lines.last().and_then(|line| last_key(line, &key_fields, &wires)) };
                 if !done && !keyless && last.is_none() {
                     // Never page from the start again: that would copy the table forever.
                     return Err(Error::new(ErrorKind::Fatal, format!("copying {table}: a row without its key")));

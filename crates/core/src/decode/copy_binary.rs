@@ -46,19 +46,9 @@ const EPOCH_MICROS: i64 = EPOCH_DAYS * 86_400_000_000;
 const FIRST_DAY: i64 = -719_162;
 const LAST_DAY: i64 = 2_932_896;
 
-/// The rows of one binary `COPY … TO STDOUT`, from its data messages as the server sends them
-/// (one row each; the header comes before the first row, the trailer in a message of its own).
-pub fn binary_copy_rows(messages: Vec<Bytes>) -> Result<Vec<Bytes>, String> {
-    let mut reader = BinaryCopyReader::default();
-    let mut rows = Vec::with_capacity(messages.len());
-    for message in messages {
-        rows.extend(reader.row(message)?);
-    }
-    Ok(rows)
-}
-
-/// Reads a binary `COPY … TO STDOUT` one data message at a time, as it streams in: the header
-/// is taken off the first message, the trailer is no row.
+/// Reads a binary `COPY … TO STDOUT` one data message at a time, as the server sends them (one
+/// row each; the header comes before the first row, the trailer in a message of its own): the
+/// header is taken off the first message, the trailer is no row.
 #[derive(Debug, Default)]
 pub struct BinaryCopyReader {
     header_read: bool,
@@ -274,6 +264,15 @@ mod tests {
             }
         }
         out
+    }
+
+    fn binary_copy_rows(messages: Vec<Bytes>) -> Result<Vec<Bytes>, String> {
+        let mut reader = BinaryCopyReader::default();
+        let mut rows = Vec::new();
+        for message in messages {
+            rows.extend(reader.row(message)?);
+        }
+        Ok(rows)
     }
 
     #[test]

@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 
 pub use change::{ChangeConfig, Format, Mode};
 pub use copy::unescape as unescape_copy_field;
-pub use copy_binary::{BinaryCopyReader, Wire, binary_copy_rows, fields as binary_fields, text_of as binary_text};
+pub use copy_binary::{BinaryCopyReader, Wire, fields as binary_fields, text_of as binary_text};
 pub use edge::{Edge, Predecoded};
 pub use metadata::MetadataConfig;
 use metadata::source_coordinates;
