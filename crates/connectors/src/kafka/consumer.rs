@@ -53,7 +53,7 @@ pub(crate) struct Shared {
     pub stopping: AtomicBool,
     /// The partitions assigned here, kept by the rebalance callback, so that a commit can name
     /// only those without asking librdkafka (whose `assignment()` waits on its own thread).
-    pub held: Mutex<std::collections::BTreeSet<(String, i32)>>,
+    pub held: Mutex<std::collections::BTreeMap<String, std::collections::BTreeSet<i32>>>,
 }
 
 /// The first message of a chunk on one partition: offset, timestamp (ms), chunk number.
@@ -377,7 +377,9 @@ impl ConsumerContext for Context {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 self.place(consumer, tpl);
                 if let Ok(mut held) = self.shared.held.lock() {
-                    held.extend(tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())));
+                    for e in tpl.elements() {
+                        held.entry(e.topic().to_string()).or_default().insert(e.partition());
+                    }
                 }
                 if let Err(e) = consumer.assign(tpl) {
                     tracing::error!(error = %e, "Assign failed.");
@@ -387,8 +389,11 @@ impl ConsumerContext for Context {
                 // No longer named in the commits that follow each write.
                 if let Ok(mut held) = self.shared.held.lock() {
                     for e in tpl.elements() {
-                        held.remove(&(e.topic().to_string(), e.partition()));
+                        if let Some(partitions) = held.get_mut(e.topic()) {
+                            partitions.remove(&e.partition());
+                        }
                     }
+                    held.retain(|_, partitions| !partitions.is_empty());
                 }
                 // Make what was read durable before another member may read it again.
                 if !self.shared.stopping.load(Ordering::Acquire)

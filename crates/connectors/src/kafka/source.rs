@@ -116,7 +116,8 @@ impl Source for KafkaSource {
         let mut offsets = offsets;
         if let Ok(held) = self.shared.held.lock() {
             for (topic, partitions) in &mut offsets {
-                partitions.retain(|p, _| held.contains(&(topic.clone(), *p)));
+                let here = held.get(topic);
+                partitions.retain(|p, _| here.is_some_and(|h| h.contains(p)));
             }
         }
         offsets.retain(|_, partitions| !partitions.is_empty());
