@@ -17,11 +17,7 @@ fn postgres_destination(pg: &Postgres) -> Value {
 
 /// Rows in `events` of the destination, 0 while it does not exist.
 fn pg_count(pg: &Postgres) -> i64 {
-    let exists = pg.lines("SELECT to_regclass('public.events') IS NOT NULL")[0] == "t";
-    if !exists {
-        return 0;
-    }
-    pg.lines("SELECT count(*) FROM events")[0].parse().unwrap()
+    pg.count_in("etltest", "public.events")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,13 +183,7 @@ async fn postgres_cdc_to_postgres_mirror_equals_the_source_across_kill_9() {
             "flush": {"max_wait_ms": 20},
         }))
         .await;
-    let target_rows = || -> i64 {
-        let exists = pg.lines_in("mirror", "SELECT to_regclass('public.accounts') IS NOT NULL")[0] == "t";
-        if !exists {
-            return 0;
-        }
-        pg.lines_in("mirror", "SELECT count(*) FROM accounts")[0].parse().unwrap()
-    };
+    let target_rows = || pg.count_in("mirror", "public.accounts");
     wait_until("part of the snapshot in the target", Duration::from_secs(120), || async { target_rows() >= 6000 })
         .await;
     server.kill9();
@@ -407,12 +397,7 @@ async fn a_snapshot_copy_gets_its_key_when_complete_across_kill_9() {
             "flush": {"max_wait_ms": 20},
         }))
         .await;
-    let rows = || -> i64 {
-        if pg.lines_in("mirror", "SELECT to_regclass('public.parts') IS NOT NULL")[0] != "t" {
-            return 0;
-        }
-        pg.lines_in("mirror", "SELECT count(*) FROM parts")[0].parse().unwrap()
-    };
+    let rows = || pg.count_in("mirror", "public.parts");
     const KEY: &str = "SELECT coalesce(string_agg(a.attname, ','), 'none') FROM pg_index i \
                        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
                        WHERE i.indrelid = 'public.parts'::regclass AND i.indisprimary";
@@ -464,12 +449,7 @@ async fn a_keyless_table_is_copied_whole_without_a_key_across_kill_9() {
             "flush": {"max_wait_ms": 20},
         }))
         .await;
-    let rows = || -> i64 {
-        if pg.lines_in("mirror", "SELECT to_regclass('public.loose') IS NOT NULL")[0] != "t" {
-            return 0;
-        }
-        pg.lines_in("mirror", "SELECT count(*) FROM loose")[0].parse().unwrap()
-    };
+    let rows = || pg.count_in("mirror", "public.loose");
     wait_until("part of the copy in the target", Duration::from_secs(120), || async { rows() >= 4000 }).await;
     server.kill9();
     assert!(rows() < 30_001, "the kill came after the copy: it tests nothing");

@@ -33,12 +33,7 @@ async fn a_templated_schema_puts_each_source_schema_in_its_own() {
             "flush": {"max_wait_ms": 20},
         }))
         .await;
-    let count = |table: &str| -> i64 {
-        if pg.lines_in("mirror", &format!("SELECT to_regclass('{table}') IS NOT NULL"))[0] != "t" {
-            return 0;
-        }
-        pg.lines_in("mirror", &format!("SELECT count(*) FROM {table}"))[0].parse().unwrap()
-    };
+    let count = |table: &str| pg.count_in("mirror", table);
     wait_until("part of the snapshot", Duration::from_secs(120), || async { count("copy_sales.orders") >= 1000 }).await;
     server.kill9();
     server = Server::start(&dir.0).await;

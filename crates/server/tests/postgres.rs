@@ -147,6 +147,14 @@ impl Postgres {
         self.sql(sql).lines().map(str::to_string).collect()
     }
 
+    /// Rows in `table` of `database`, 0 while it does not exist.
+    pub fn count_in(&self, database: &str, table: &str) -> i64 {
+        if self.lines_in(database, &format!("SELECT to_regclass('{table}') IS NOT NULL"))[0] != "t" {
+            return 0;
+        }
+        self.lines_in(database, &format!("SELECT count(*) FROM {table}"))[0].parse().unwrap()
+    }
+
     /// Rows of `sql` as `etl` in `database`, one `|`-separated line each.
     pub fn lines_in(&self, database: &str, sql: &str) -> Vec<String> {
         run(Command::new(format!("{BIN}/psql"))
