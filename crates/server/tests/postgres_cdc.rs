@@ -490,13 +490,16 @@ async fn copied_and_streamed_values_of_each_binary_type_land_the_same() {
                decode(md5(g::text), 'hex'),
                CASE g % 100 WHEN 0 THEN 'infinity' WHEN 1 THEN '12000-01-01 00:00:00+00'
                  WHEN 2 THEN '0044-03-15 00:00:00+00 BC' ELSE '2024-01-01 00:00:00.5+00'::timestamptz + g * interval '1 ms' END,
-               CASE g % 100 WHEN 0 THEN '-infinity'::date ELSE date '2024-01-01' END
+               CASE g % 100 WHEN 0 THEN '-infinity'::date ELSE date '2024-01-01' END,
+               CASE g % 100 WHEN 3 THEN 'NaN'::numeric ELSE (g - 2500) * 1.37 END, g::numeric / 7,
+               CASE g % 3 WHEN 0 THEN -(g * 10::numeric ^ 30 + g::numeric / 3) WHEN 1 THEN g::numeric / 100000 ELSE 0 END
              FROM generate_series(1, 5000) g"
         )
     };
     pg.sql(&format!(
         "CREATE TABLE vals (k timestamptz, n text, s smallint, i int, l bigint, r real, f float8, b bool,
-           ts timestamp, d date, raw bytea, far timestamptz, fd date, PRIMARY KEY (k, n));
+           ts timestamp, d date, raw bytea, far timestamptz, fd date, m numeric(12,2), u numeric, w numeric(50,5),
+           PRIMARY KEY (k, n));
          {};",
         values("copied")
     ));
@@ -508,7 +511,7 @@ async fn copied_and_streamed_values_of_each_binary_type_land_the_same() {
     wait_rows(&server, "vals", 5000, Duration::from_secs(60)).await;
     pg.sql(&format!("{};", values("streamed")));
     wait_rows(&server, "vals", 10_000, Duration::from_secs(60)).await;
-    let columns = "k, s, i, l, r, f, b, ts, d, raw, far, fd";
+    let columns = "k, s, i, l, r, f, b, ts, d, raw, far, fd, m, u, w";
     let differ = |a: &str, b: &str| {
         format!(
             "SELECT count(*) AS n FROM (SELECT {columns} FROM vals WHERE n = '{a}' EXCEPT SELECT {columns} FROM vals WHERE n = '{b}')"
@@ -524,6 +527,11 @@ async fn copied_and_streamed_values_of_each_binary_type_land_the_same() {
     assert_eq!((row["r"].clone(), row["f"].clone()), (json!(1.0), json!(3.0 / 7.0)));
     assert_eq!((row["ts"].clone(), row["d"].clone()), (json!("2000-01-01 00:02:00"), json!("1999-12-04")));
     assert_eq!(row["raw"], json!("ECCBC87E4B5CE2FE28308FD9F2A7BAF3"), "md5('3')");
+    // numeric(12,2) is a DECIMAL; numeric(50,5), wider than any DECIMAL, the text PostgreSQL
+    // prints (compared exactly above, copied against streamed).
+    let row = &server.sql("SELECT m::VARCHAR AS m, w FROM vals WHERE n = 'copied' AND s IN (10, 12) ORDER BY s").await;
+    assert_eq!(row[0], json!({"m": "-3411.30", "w": "0.00010"}));
+    assert_eq!(row[1], json!({"m": "-3408.56", "w": "-12000000000000000000000000000004.00000"}));
     // Infinity, a year past 9999 and one BC fit no TIMESTAMPTZ here, copied or streamed: NULL,
     // and a ledger row each, with the same text.
     let ledger =
@@ -535,6 +543,7 @@ async fn copied_and_streamed_values_of_each_binary_type_land_the_same() {
             json!({"column": "far", "value": "\"12000-01-01 00:00:00+00\"", "n": 100}),
             json!({"column": "far", "value": "\"infinity\"", "n": 100}),
             json!({"column": "fd", "value": "\"-infinity\"", "n": 100}),
+            json!({"column": "m", "value": "\"NaN\"", "n": 100}),
         ]
     );
 }

@@ -224,7 +224,7 @@ impl Cdc {
 }
 
 /// What the binary `COPY` selects for each column, and the form it comes in. Booleans,
-/// integers, floats, dates, timestamps, bytea and text come in their binary form, which neither
+/// integers, floats, numerics, dates, timestamps, bytea and text come in their binary form, which neither
 /// side prints or parses; arrays as JSON text (so a list column reads them as a change's
 /// value), every other type as its text (`::text`, as a change's value). The column's type
 /// comes from `types.rs`, as a change's does.
@@ -248,6 +248,7 @@ fn copy_exprs(relation: &RelationInfo) -> (Vec<String>, Vec<Wire>) {
                 "timestamp" => Wire::Timestamp,
                 "timestamptz" => Wire::Timestamptz,
                 "bytea" => Wire::Bytea,
+                "numeric" => Wire::Numeric,
                 "text" | "varchar" | "bpchar" => Wire::Text,
                 _ => return (format!("{column}::text"), Wire::Text),
             };

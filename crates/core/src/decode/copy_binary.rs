@@ -1,13 +1,14 @@
 //! Snapshot rows in PostgreSQL's binary `COPY` format: each field's value as the server keeps
 //! it (an int8 as 8 bytes, a timestamptz as microseconds since 2000), so neither the server
-//! prints nor the decoder parses text. Columns of other types are selected `::text`, whose
-//! binary form is the text itself, and take the text path.
+//! prints nor the decoder parses text (a `numeric` as base-10000 digits). Columns of other types
+//! are selected `::text`, whose binary form is the text itself, and take the text path.
 
 use std::borrow::Cow;
 use std::ops::Range;
 
 use bytes::Bytes;
 
+use super::copy_numeric::Numeric;
 use crate::schema::{ColumnType, Fit, fit_text};
 
 /// How a column's values are sent in a binary `COPY`: the source type's binary form.
@@ -35,6 +36,9 @@ pub enum Wire {
     Timestamptz,
     /// The bytes themselves.
     Bytea,
+    /// A `numeric`: digit count, weight, sign and display scale (16 bits each), then base-10000
+    /// digits, most significant first.
+    Numeric,
 }
 
 /// The start of every binary `COPY`: `PGCOPY\n\377\r\n\0`.
@@ -128,6 +132,9 @@ pub fn native(wire: Wire, ty: ColumnType, v: &[u8]) -> Option<Fit<'static>> {
             Fit::Micros(micros)
         }
         (Wire::Bytea, ColumnType::Blob) => Fit::Bytes(v.to_vec()),
+        (Wire::Numeric, ColumnType::Decimal(precision, scale)) => {
+            Fit::Decimal(Numeric::read(v)?.unscaled(precision, scale)?)
+        }
         _ => return None,
     })
 }
@@ -184,6 +191,7 @@ pub fn text_of(wire: Wire, v: &[u8]) -> Option<Cow<'_, str>> {
             }
             hex
         }
+        Wire::Numeric => Numeric::read(v)?.text(),
     };
     Some(Cow::Owned(text))
 }

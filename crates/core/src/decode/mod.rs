@@ -10,6 +10,7 @@ pub mod change;
 mod column;
 mod copy;
 mod copy_binary;
+mod copy_numeric;
 mod edge;
 mod metadata;
 mod mirror;

@@ -104,14 +104,14 @@ proptest! {
     /// a row or a ledger entry.
     #[test]
     fn binary_copy_rows(
-        wires in proptest::collection::vec(0usize..11, 1..6),
+        wires in proptest::collection::vec(0usize..12, 1..6),
         types in proptest::collection::vec(0usize..8, 6),
         fields in proptest::collection::vec(proptest::option::of(proptest::collection::vec(any::<u8>(), 0..10)), 0..30),
         junk in proptest::collection::vec(any::<u8>(), 0..40),
     ) {
         use sluice_core::decode::Wire;
-        const WIRES: [Wire; 11] = [Wire::Text, Wire::Bool, Wire::Int2, Wire::Int4, Wire::Int8, Wire::Float4,
-            Wire::Float8, Wire::Date, Wire::Timestamp, Wire::Timestamptz, Wire::Bytea];
+        const WIRES: [Wire; 12] = [Wire::Text, Wire::Bool, Wire::Int2, Wire::Int4, Wire::Int8, Wire::Float4,
+            Wire::Float8, Wire::Date, Wire::Timestamp, Wire::Timestamptz, Wire::Bytea, Wire::Numeric];
         const TYPES: [ColumnType; 8] = [ColumnType::Boolean, ColumnType::Bigint, ColumnType::Double,
             ColumnType::Varchar, ColumnType::Timestamptz, ColumnType::Date, ColumnType::Blob, ColumnType::Decimal(6, 2)];
         let n = wires.len();
