@@ -300,11 +300,12 @@ async fn an_invalidated_slot_is_reported_and_a_resnapshot_recovers() {
 #[tokio::test]
 async fn kill_9_during_a_plain_snapshot_copies_each_row_once() {
     // Without history, snapshot chunks are appended as they are (no merge by key): only the
-    // progress stored in the same transaction keeps a restart from copying a chunk twice.
+    // progress stored in the same transaction keeps a restart from copying a chunk twice. The
+    // key is a numeric with places: the restart resumes after the text of its binary form.
     let pg = Postgres::start();
     pg.sql(
-        "CREATE TABLE plain (id int PRIMARY KEY, v text, n numeric(10,3)); CREATE TABLE nothing (id int PRIMARY KEY);
-         INSERT INTO plain SELECT g, 'v' || g, g / 7.0 FROM generate_series(1, 200000) g;",
+        "CREATE TABLE plain (id numeric(12,3) PRIMARY KEY, v text, n numeric(10,3)); CREATE TABLE nothing (id int PRIMARY KEY);
+         INSERT INTO plain SELECT g / 8.0, 'v' || g, g / 7.0 FROM generate_series(1, 200000) g;",
     );
     let dir = DataDir::new("pg-plain-crash");
     let mut server = Server::start(&dir.0).await;

@@ -22,12 +22,12 @@ impl<'a> Numeric<'a> {
 
     pub(super) fn read(v: &'a [u8]) -> Option<Self> {
         let word = |i: usize| v.get(i..i + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
-        let ndigits = word(0)? as i16;
+        // Unsigned: a numeric has up to 147,455 decimal digits, 36,864 base-10000 ones.
+        let ndigits = usize::from(word(0)?);
         let weight = i32::from(word(2)? as i16);
         let (sign, dscale) = (word(4)?, usize::from(word(6)?));
         let digits = v.get(8..)?;
-        let well_formed = ndigits >= 0
-            && digits.len() == 2 * ndigits as usize
+        let well_formed = digits.len() == 2 * ndigits
             && dscale <= 0x3fff
             && [Self::POSITIVE, Self::NEGATIVE, Self::NAN, Self::INFINITY, Self::NEGATIVE_INFINITY].contains(&sign)
             && digits.chunks_exact(2).all(|d| u16::from_be_bytes([d[0], d[1]]) < 10_000);
@@ -42,6 +42,23 @@ impl<'a> Numeric<'a> {
             .map_or(0, |d| u16::from_be_bytes([d[0], d[1]]))
     }
 
+    /// Digit `i` of the value the server reads (`numeric_recv` cuts places past `dscale`).
+    fn kept_digit(&self, i: i32) -> u16 {
+        let digit = self.digit(i);
+        // Places of this group within `dscale` (a group of the whole part has all four).
+        let places_before = 4 * (i - self.weight - 1);
+        match self.dscale as i32 - places_before {
+            k if k >= 4 => digit,
+            k if k <= 0 => 0,
+            k => digit - digit % 10u16.pow((4 - k) as u32),
+        }
+    }
+
+    /// Whether the value is zero once cut to `dscale` (the server keeps no negative zero).
+    fn is_zero(&self) -> bool {
+        (0..(self.digits.len() / 2) as i32).all(|i| self.kept_digit(i) == 0)
+    }
+
     /// The value unscaled at `scale` places, when it is a number with no more places than that
     /// and fewer than `precision` digits; anything else goes through its text (a misfit there).
     pub(super) fn unscaled(&self, precision: u8, scale: u8) -> Option<i128> {
@@ -50,7 +67,7 @@ impl<'a> Numeric<'a> {
         }
         let mut value: i128 = 0;
         for i in 0..(self.digits.len() / 2) as i32 {
-            let digit = i128::from(self.digit(i));
+            let digit = i128::from(self.kept_digit(i));
             // This digit counts 10000^(weight - i), so 10^(4 (weight - i) + scale) unscaled.
             let exponent = 4 * (self.weight - i) + i32::from(scale);
             let part = if exponent >= 0 {
@@ -80,7 +97,7 @@ impl<'a> Numeric<'a> {
             _ => {}
         }
         let mut out = String::with_capacity(8 + 4 * (self.digits.len() / 2) + self.dscale);
-        if self.sign == Self::NEGATIVE {
+        if self.sign == Self::NEGATIVE && !self.is_zero() {
             out.push('-');
         }
         if self.weight < 0 {
@@ -189,5 +206,55 @@ mod tests {
         assert_eq!(text_of(Wire::Numeric, &numeric(123_456, 2)[..11]), None);
         assert_eq!(text_of(Wire::Numeric, &special(0x8000)), None);
         assert_eq!(text_of(Wire::Numeric, &[0, 0]), None);
+    }
+
+    /// A numeric from its header words and base-10000 digits, as they are.
+    fn raw(weight: i16, sign: u16, dscale: u16, digits: &[u16]) -> Vec<u8> {
+        let header = [digits.len() as u16, weight as u16, sign, dscale];
+        header.iter().chain(digits).flat_map(|w| w.to_be_bytes()).collect()
+    }
+
+    #[test]
+    fn the_largest_numerics_and_what_the_server_would_cut() {
+        // 32,768 groups of 9999: more digits than an i16 counts (PostgreSQL's count is unsigned).
+        let nines = raw(32_767, 0, 0, &[9999; 32_768]);
+        let text = text_of(Wire::Numeric, &nines).unwrap();
+        assert_eq!((text.len(), text.bytes().all(|b| b == b'9')), (131_072, true));
+        assert!(matches!(fit_binary(Wire::Numeric, ColumnType::Decimal(38, 0), &nines), Some(Fit::Misfit(_))));
+        // Places past the display scale are cut, as `numeric_recv` cuts them: 1.2345 shown
+        // with 2 places is 1.23 in both forms.
+        let cut = raw(0, 0, 2, &[1, 2345]);
+        assert_eq!(text_of(Wire::Numeric, &cut).unwrap(), "1.23");
+        assert_eq!(native(Wire::Numeric, ColumnType::Decimal(6, 4), &cut), Some(Fit::Decimal(12_300)));
+        // No negative zero, even one that is zero only once cut.
+        assert_eq!(text_of(Wire::Numeric, &raw(0, 0x4000, 2, &[])).unwrap(), "0.00");
+        assert_eq!(text_of(Wire::Numeric, &raw(-1, 0x4000, 2, &[1])).unwrap(), "0.00");
+        assert_eq!(text_of(Wire::Numeric, &raw(-1, 0x4000, 4, &[1])).unwrap(), "-0.0001");
+    }
+
+    proptest::proptest! {
+        /// Any well-formed numeric: its DECIMAL is the one its text gives, at every precision
+        /// and scale, fit or misfit; its text is a sign, digits, and exactly `dscale` places.
+        #[test]
+        fn a_numeric_decimal_is_its_text_decimal(
+            weight in proptest::prop_oneof![-12i16..12, proptest::num::i16::ANY],
+            sign in proptest::sample::select(vec![0u16, 0x4000, 0xC000, 0xD000, 0xF000]),
+            dscale in proptest::prop_oneof![0u16..40, 0u16..0x4000],
+            digits in proptest::collection::vec(0u16..10_000, 0..12),
+        ) {
+            let v = raw(weight, sign, dscale, &digits);
+            let text = text_of(Wire::Numeric, &v).unwrap().into_owned();
+            for ty in [ColumnType::Decimal(38, 0), ColumnType::Decimal(38, 10), ColumnType::Decimal(12, 2),
+                ColumnType::Decimal(38, 38), ColumnType::Decimal(1, 0)] {
+                proptest::prop_assert_eq!(fit_binary(Wire::Numeric, ty, &v), Some(fit_text(ty, &text).into_owned()));
+            }
+            if sign == 0 || sign == 0x4000 {
+                let unsigned = text.strip_prefix('-').unwrap_or(&text);
+                let (whole, places) = unsigned.split_once('.').unwrap_or((unsigned, ""));
+                proptest::prop_assert!(!whole.is_empty(), "{}", text);
+                proptest::prop_assert_eq!(places.len(), usize::from(dscale));
+                proptest::prop_assert!(unsigned.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
+            }
+        }
     }
 }
