@@ -81,10 +81,8 @@ impl<'a> Numeric<'a> {
             };
             value = value.checked_add(part)?;
         }
-        if value.unsigned_abs() >= 10u128.pow(u32::from(precision.min(38))) {
-            return None;
-        }
-        Some(if self.sign == Self::NEGATIVE { -value } else { value })
+        let value = if self.sign == Self::NEGATIVE { -value } else { value };
+        crate::schema::fits_precision(value, precision).then_some(value)
     }
 
     /// The text PostgreSQL prints (`get_str_from_var`): the whole part without leading zeros,

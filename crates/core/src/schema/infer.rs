@@ -335,9 +335,14 @@ fn pg_timestamp(s: &str, zoned: bool) -> Option<i64> {
 /// Decimal text (`-12.5`, `3e2` is refused) scaled to `scale` places, within `precision` digits.
 fn decimal(text: &str, precision: u8, scale: u8) -> Fit<'static> {
     match parse_decimal(text, scale) {
-        Some(v) if v.unsigned_abs() < 10u128.pow(u32::from(precision.min(38))) => Fit::Decimal(v),
+        Some(v) if fits_precision(v, precision) => Fit::Decimal(v),
         _ => Fit::Misfit("not a decimal that fits the column's precision and scale"),
     }
+}
+
+/// Whether an unscaled decimal has at most `precision` digits (38 at most, a DECIMAL's).
+pub(crate) fn fits_precision(unscaled: i128, precision: u8) -> bool {
+    unscaled.unsigned_abs() < 10u128.pow(u32::from(precision.min(38)))
 }
 
 /// The unscaled value of `text` at `scale` places; `None` if it has more places or digits.

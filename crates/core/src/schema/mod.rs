@@ -3,6 +3,7 @@
 mod infer;
 mod table;
 
+pub(crate) use infer::fits_precision;
 pub use infer::{Fit, ValueKind, fit, fit_instant, fit_text, kind_of, kind_of_text, list_items};
 pub use table::{Column, SchemaChange, TableSchema};
 
