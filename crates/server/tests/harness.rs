@@ -1,6 +1,5 @@
 //! Starts the real `sluice` binary on a free port and talks to it over real HTTP.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -37,8 +36,21 @@ pub struct Server {
     pub token: String,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// The address in the server's "  API:       http://…" line, or None if its stdout ends first.
+/// A thread keeps reading the rest (push keys of declared streams) so the server never blocks
+/// on a full pipe.
+fn listening_address(stdout: std::process::ChildStdout) -> tokio::sync::oneshot::Receiver<String> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
+            let address = line.trim().strip_prefix("API:").and_then(|a| a.trim().strip_prefix("http://"));
+            if let (Some(address), Some(tx)) = (address, tx.take_if(|_| address.is_some())) {
+                let _ = tx.send(address.to_string());
+            }
+        }
+    });
+    rx
 }
 
 /// Wait until `check` holds, polling; panics with `what` after `timeout`.
@@ -91,11 +103,12 @@ impl Server {
         Self::spawn(dir, &["--log-format", "json"], &env, Stdio::from(file)).await
     }
 
+    /// Start on port 0 and take the address the server prints once it listens: a port picked
+    /// beforehand can be taken by another test's process before the server binds it, and then
+    /// the health check may be answered by that process instead.
     async fn spawn(dir: &Path, extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Self {
-        let port = free_port();
-        let listen = format!("127.0.0.1:{port}");
-        let child = Command::new(BIN)
-            .args(["serve", "--data-dir", dir.to_str().unwrap(), "--listen", &listen])
+        let mut child = Command::new(BIN)
+            .args(["serve", "--data-dir", dir.to_str().unwrap(), "--listen", "127.0.0.1:0"])
             .args(extra)
             .envs(env.iter().copied())
             .env(
@@ -110,6 +123,11 @@ impl Server {
             .stderr(stderr)
             .spawn()
             .expect("spawn sluice");
+        let listening = listening_address(child.stdout.take().expect("the server's stdout"));
+        let listen = tokio::time::timeout(Duration::from_secs(60), listening)
+            .await
+            .expect("timed out waiting for the server to listen")
+            .unwrap_or_else(|_| panic!("the server exited before it listened: {:?}", child.try_wait()));
         let base = format!("http://{listen}");
         let http = client();
         let health = format!("{base}/health");
@@ -315,7 +333,11 @@ pub fn push_orders(
                 })
                 .collect();
             let body = body.join("\n");
+            // Long enough for a restart on a loaded machine; a server that never comes back
+            // fails the test instead of hanging it.
+            let deadline = Instant::now() + Duration::from_secs(180);
             loop {
+                assert!(Instant::now() < deadline, "push {p} to {name} was not accepted within 180 s");
                 let url = format!("{}/api/streams/{name}/push", base.lock().unwrap());
                 let sent = http
                     .post(&url)
