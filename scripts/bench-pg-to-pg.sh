@@ -15,7 +15,7 @@
 # --keyless: the source table has no primary key (REPLICA IDENTITY FULL), which the snapshot reads
 # in heap order; only the snapshot is timed (a destination mirror needs a key for the changes).
 # SLUICE_BIN=path runs that binary instead of building the release one (to compare two builds);
-# CHUNK=n sets the source's snapshot_chunk_rows (default 50000).
+# CHUNK=n sets the source's snapshot_chunk_rows (default 200000).
 # Usage: bash scripts/bench-pg-to-pg.sh [--rows N] [--keyed-target | --keyless]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -548,3 +548,34 @@ async fn copied_and_streamed_values_of_each_binary_type_land_the_same() {
         ]
     );
 }
+
+/// A snapshot chunk ends at 64 MiB of rows whatever `snapshot_chunk_rows` says: 80 rows of
+/// 1 MiB each come as a chunk of 64 rows and one of 16, not as one of 80 (a table of wide rows
+/// would otherwise be held in memory a whole chunk of rows at a time).
+#[tokio::test]
+async fn a_snapshot_chunk_of_wide_rows_ends_at_64_mib() {
+    let pg = Postgres::start();
+    pg.sql(
+        "CREATE TABLE wide (id int PRIMARY KEY, body text);
+         INSERT INTO wide SELECT g, repeat(chr(97 + g % 26), 1048576) FROM generate_series(1, 80) g;",
+    );
+    let dir = DataDir::new("pg-wide-chunks");
+    let log = dir.0.join("server.log");
+    let server = Server::start_logged(&dir.0, &log).await;
+    let mut src = source(&pg, &["public.wide"]);
+    src["snapshot_chunk_rows"] = json!(1000);
+    server.create_stream(json!({"name": "w", "table": "[table]", "source": src})).await;
+    wait_rows(&server, "wide", 80, Duration::from_secs(120)).await;
+    let got = server
+        .lines("SELECT count(*)::VARCHAR, min(length(body))::VARCHAR, max(length(body))::VARCHAR FROM wide")
+        .await;
+    assert_eq!(got, ["80|1048576|1048576"]);
+    let chunks: Vec<u64> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| e["fields"]["message"] == "Copied a chunk." && e["fields"]["table"] == "public.wide")
+        .filter_map(|e| e["fields"]["rows"].as_u64())
+        .collect();
+    assert_eq!(chunks, [64, 16], "rows per chunk");
+}

@@ -37,7 +37,8 @@ pub struct PostgresConfig {
     /// Copy the existing rows first.
     #[serde(default = "yes")]
     pub snapshot: bool,
-    /// Rows per snapshot chunk.
+    /// Rows per snapshot chunk, at most; a chunk also ends at 64 MiB of rows, so wide rows
+    /// keep it small.
     #[serde(default = "default_chunk")]
     pub snapshot_chunk_rows: u32,
     /// How long the stream may see no transaction before it writes a heartbeat (a logical
@@ -59,7 +60,7 @@ fn yes() -> bool {
 }
 
 fn default_chunk() -> u32 {
-    50_000
+    200_000
 }
 
 /// TLS to the server, as libpq's `sslmode`.

@@ -13,6 +13,11 @@ use super::cdc::{Cdc, Progress, RelationInfo};
 use super::config::sql_error;
 use super::types::Types;
 
+/// A chunk ends at this many bytes of rows, whatever its row count: `snapshot_chunk_rows` rows
+/// of a table with wide rows would not fit in memory (a chunk is read, decoded and written at
+/// once, and the next is read meanwhile).
+const CHUNK_BYTES: usize = 64 << 20;
+
 fn quote_literal(v: &str) -> String {
     format!("'{}'", v.replace('\'', "''"))
 }
@@ -146,8 +151,9 @@ impl Cdc {
             loop {
                 // Each data message is one row: kept as received, with no copy into one buffer.
                 let mut lines: Vec<bytes::Bytes> = Vec::with_capacity(limit);
+                let mut bytes = 0usize;
                 let mut done = false;
-                while lines.len() < limit {
+                while lines.len() < limit && bytes < CHUNK_BYTES {
                     let Some(part) = stream.next().await else {
                         done = true;
                         break;
@@ -157,6 +163,7 @@ impl Cdc {
                         .row(message)
                         .map_err(|e| Error::new(ErrorKind::Fatal, format!("copying {table}: {e}")))?
                     {
+                        bytes += row.len();
                         lines.push(row);
                     }
                 }
