@@ -44,8 +44,9 @@ fn listening_address(stdout: std::process::ChildStdout) -> tokio::sync::oneshot:
     std::thread::spawn(move || {
         let mut tx = Some(tx);
         for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok) {
-            let address = line.trim().strip_prefix("API:").and_then(|a| a.trim().strip_prefix("http://"));
-            if let (Some(address), Some(tx)) = (address, tx.take_if(|_| address.is_some())) {
+            if let Some(address) = line.trim().strip_prefix("API:").and_then(|a| a.trim().strip_prefix("http://"))
+                && let Some(tx) = tx.take()
+            {
                 let _ = tx.send(address.to_string());
             }
         }
