@@ -137,7 +137,7 @@ async fn rows_the_workspace_refuses_are_isolated_by_rolled_back_tries() {
         checkpoint,
     };
     let error = ws.write(std::sync::Arc::new(unit.clone())).await.expect_err("DuckDB refuses the text");
-    let Isolated::Cleaned(cleaned, refused) = isolate(&ws, &unit, &error).await else {
+    let Isolated::Cleaned(cleaned, refused) = isolate(&ws, &unit, &error, 0).await else {
         panic!("the refused row was not isolated");
     };
     assert_eq!(refused, 1);

@@ -1,5 +1,6 @@
 //! The run loop: read → decode → write → commit. The only place a position is committed.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::StreamMetrics;
 use crate::quarantine::{self, Isolated};
 use crate::rejects::RejectBatch;
-use crate::sink::Sink;
+use crate::sink::{Preceding, Sink};
 use crate::source::Source;
 use crate::source::{ChunkReport, REPORTED_REJECTS, RejectedEvent};
 
@@ -81,20 +82,68 @@ struct InFlight {
     checkpoint: Checkpoint,
     arrived: Vec<Instant>,
     reports: Vec<ChunkReport>,
+    /// The table of a unit that a next one may be written beside ([`beside`]).
+    beside: Option<String>,
+    /// The sink's lane it is written on (0, or 1 for every other unit written beside another).
+    lane: usize,
+    /// Says when it is durable, to a unit written beside it.
+    durable: Preceding,
+}
+
+/// The writes in flight, oldest first: one, or two when the sink has lanes for a snapshot's
+/// chunks ([`Sink::lanes`]). They finish in order.
+#[derive(Default)]
+struct Writes(VecDeque<InFlight>);
+
+impl Writes {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `unit` may be written while the write in flight still runs (both are chunks of
+    /// the same snapshot table, with nothing else to write: [`beside`], and only one write is
+    /// in flight): then the lane for `unit`, the other one's, and what says when that one is
+    /// durable.
+    fn can_follow(&self, unit: &WriteUnit, lanes: usize) -> Option<(usize, Preceding)> {
+        let front = self.0.front().filter(|_| lanes > 1 && self.0.len() == 1)?;
+        let same = front.beside.as_deref().is_some_and(|t| beside(unit) == Some(t));
+        same.then(|| (1 - front.lane, front.durable.clone()))
+    }
+}
+
+impl Drop for Writes {
+    /// The loop is dropped: a write beside the oldest one is stopped, as nothing would finish
+    /// it in order; the oldest goes on, as a single write always did.
+    fn drop(&mut self) {
+        for f in self.0.iter().skip(1) {
+            f.task.abort();
+        }
+    }
+}
+
+/// The table of a unit that is only rows of a snapshot's chunk in the middle of a table's copy:
+/// no new table or column, no first or last chunk, no rejects, push keys or replays. Such a
+/// unit may be written beside the one before it.
+fn beside(unit: &WriteUnit) -> Option<&str> {
+    let [table] = unit.tables.as_slice() else { return None };
+    let middle = table.snapshot.as_ref().is_some_and(|s| !s.clear && !s.complete);
+    let alone = unit.rejects.is_empty() && unit.idempotency.is_empty() && unit.replayed.is_empty();
+    (middle && alone && table.changes.is_empty() && table.mirror.is_none()).then_some(table.table.as_str())
 }
 
 /// Run a stream from `checkpoint` until the source ends or `cancel` fires, and return the last
 /// durable checkpoint.
 ///
 /// One write is in flight while the next batch is gathered and decoded, so decoding and the
-/// sink's work overlap; writes stay in order, and a position is committed upstream only after
-/// its write is durable. Retryable write errors are retried with backoff, the unit unchanged;
-/// any other error stops the loop (the caller restarts from the durable checkpoint, with a
+/// sink's work overlap; a sink with two lanes also takes a snapshot's next chunk while the one
+/// before it is written, and commits them in order. Writes finish in order, and a position is
+/// committed upstream only after its write is durable. Retryable write errors are retried with
+/// backoff, the unit unchanged; any other error stops the loop (the caller restarts from the durable checkpoint, with a
 /// decoder rebuilt from the destination).
 pub async fn run(mut s: Stream<'_>, checkpoint: Checkpoint) -> Result<Checkpoint> {
     s.metrics.set_state("running", None);
     let mut durable = checkpoint.clone();
-    let mut inflight: Option<InFlight> = None;
+    let mut inflight = Writes::default();
     let outcome = run_batches(&mut s, checkpoint, &mut inflight, &mut durable).await;
     // Whatever ended the loop, the write in flight ends before we return: the caller reloads
     // the checkpoint from the sink, and must not read it while a write may still land.
@@ -106,15 +155,16 @@ pub async fn run(mut s: Stream<'_>, checkpoint: Checkpoint) -> Result<Checkpoint
 async fn run_batches(
     s: &mut Stream<'_>,
     checkpoint: Checkpoint,
-    inflight: &mut Option<InFlight>,
+    inflight: &mut Writes,
     durable: &mut Checkpoint,
 ) -> Result<()> {
     let mut decoded_to = checkpoint;
+    let lanes = s.sink.lanes();
     loop {
         let first = tokio::select! {
             _ = s.cancel.cancelled() => return Ok(()),
             chunk = s.source.next() => chunk?,
-            done = join(inflight), if inflight.is_some() => {
+            done = join(inflight), if !inflight.is_empty() => {
                 *durable = finish(s, inflight, done).await?;
                 continue;
             }
@@ -123,9 +173,20 @@ async fn run_batches(
         let (chunks, ended) = gather(s, first, inflight, durable).await?;
         let (unit, arrived, reports) = decode(s, chunks, &decoded_to)?;
         decoded_to = unit.checkpoint.clone();
-        drain(s, inflight, durable).await?;
+        // A snapshot's chunk goes beside the one in flight when the sink can write two at once;
+        // any other unit waits until the writes before it are done.
+        let follows = loop {
+            if let Some(follows) = inflight.can_follow(&unit, lanes) {
+                break Some(follows);
+            }
+            if inflight.is_empty() {
+                break None;
+            }
+            let done = join(inflight).await;
+            *durable = finish(s, inflight, done).await?;
+        };
         let bulk = unit.tables.iter().any(|t| t.snapshot.is_some());
-        *inflight = Some(submit(s, unit, arrived, reports));
+        inflight.0.push_back(submit(s, unit, arrived, reports, follows));
         if bulk {
             // Let a snapshot chunk's write start before the next decode: tokio runs a task spawned
             // here on this worker (its LIFO slot) only once this task yields, and decoding does
@@ -140,9 +201,9 @@ async fn run_batches(
     }
 }
 
-/// Wait for the in-flight write, if any, and finish it.
-async fn drain(s: &mut Stream<'_>, inflight: &mut Option<InFlight>, durable: &mut Checkpoint) -> Result<()> {
-    if inflight.is_some() {
+/// Wait for the writes in flight, oldest first, and finish them.
+async fn drain(s: &mut Stream<'_>, inflight: &mut Writes, durable: &mut Checkpoint) -> Result<()> {
+    while !inflight.is_empty() {
         let done = join(inflight).await;
         *durable = finish(s, inflight, done).await?;
     }
@@ -154,7 +215,7 @@ async fn drain(s: &mut Stream<'_>, inflight: &mut Option<InFlight>, durable: &mu
 async fn gather(
     s: &mut Stream<'_>,
     first: Chunk,
-    inflight: &mut Option<InFlight>,
+    inflight: &mut Writes,
     durable: &mut Checkpoint,
 ) -> Result<(Vec<Chunk>, bool)> {
     let deadline = tokio::time::Instant::from_std(first.arrived + Duration::from_millis(s.flush.max_wait_ms));
@@ -171,7 +232,7 @@ async fn gather(
     let mut predecoded = is_predecoded(&first);
     let mut chunks = vec![first];
     while !flush && rows < s.flush.max_rows && bytes < s.flush.max_bytes {
-        let wake = if predecoded && inflight.is_some() {
+        let wake = if predecoded && !inflight.is_empty() {
             deadline
         } else {
             deadline.min(tokio::time::Instant::now() + linger)
@@ -189,7 +250,7 @@ async fn gather(
                 Ok(Err(e)) => return Err(e),
                 Err(_) => break,
             },
-            done = join(inflight), if inflight.is_some() => {
+            done = join(inflight), if !inflight.is_empty() => {
                 *durable = finish(s, inflight, done).await?;
             }
         }
@@ -293,51 +354,85 @@ fn reports(shape: Vec<(Position, usize)>, record_ends: &[i64], before: i64, reje
     reports
 }
 
-/// Hand a unit to the sink on its own task, retrying what may succeed.
-fn submit(s: &Stream<'_>, unit: WriteUnit, arrived: Vec<Instant>, reports: Vec<ChunkReport>) -> InFlight {
+/// Hand a unit to the sink on its own task, retrying what may succeed; `follows` is the lane
+/// of a unit written beside the one still in flight, and what says when that one is durable.
+fn submit(
+    s: &Stream<'_>,
+    unit: WriteUnit,
+    arrived: Vec<Instant>,
+    reports: Vec<ChunkReport>,
+    follows: Option<(usize, Preceding)>,
+) -> InFlight {
     let checkpoint = unit.checkpoint.clone();
+    let beside = beside(&unit).map(str::to_string);
+    let lane = follows.as_ref().map_or(0, |(lane, _)| *lane);
+    let (done, durable) = Preceding::new();
     let unit = Arc::new(unit);
     let (sink, metrics, cancel, name) = (s.sink.clone(), s.metrics.clone(), s.cancel.clone(), s.name.to_string());
     let task = tokio::spawn(async move {
-        let started = Instant::now();
-        let mut backoff = Duration::from_millis(100);
-        let mut unit = unit;
-        let mut isolated = false;
-        loop {
-            match sink.write(unit.clone()).await {
-                Ok(()) => break,
-                Err(e) if e.is_retryable() && !cancel.is_cancelled() => {
-                    tracing::warn!(stream = %name, error = %e, "Write failed; retrying.");
-                    let state = if e.kind() == crate::ErrorKind::Connect { "reconnecting" } else { "retrying" };
-                    metrics.set_state(state, Some(e.to_string()));
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
-                }
-                // Refused for good: find the rows at fault and write the rest, once. A config
-                // error is the config's to fix, not the rows'.
-                Err(e) if !isolated && !cancel.is_cancelled() && e.kind() != crate::ErrorKind::Config => {
-                    isolated = true;
-                    match quarantine::isolate(sink.as_ref(), &unit, &e).await {
-                        Isolated::Unchanged => {}
-                        Isolated::Cleaned(cleaned, refused) => {
-                            tracing::warn!(stream = %name, error = %e, rows = refused, "Rows refused by the destination went to the ledger.");
-                            unit = Arc::from(cleaned);
-                        }
-                        Isolated::NotData => return Err(e),
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        tracing::debug!(stream = %name, write_ms = started.elapsed().as_secs_f64() * 1e3, "Batch written.");
-        Ok(())
+        let written = write(sink.as_ref(), unit, follows, &metrics, &cancel, &name).await;
+        // A unit written beside this one commits only once this says so.
+        done.send_replace(Some(written.is_ok()));
+        written
     });
-    InFlight { task, checkpoint, arrived, reports }
+    InFlight { task, checkpoint, arrived, reports, beside, lane, durable }
 }
 
-/// Wait for the in-flight write; pending forever when there is none (for `select!` guards).
-async fn join(inflight: &mut Option<InFlight>) -> Result<()> {
-    match inflight {
+/// Write `unit`, retrying what may succeed; a unit that the sink refuses for good has its
+/// refused rows found and sent to the ledger, and the rest written, once.
+async fn write(
+    sink: &dyn Sink,
+    unit: Arc<WriteUnit>,
+    follows: Option<(usize, Preceding)>,
+    metrics: &StreamMetrics,
+    cancel: &CancellationToken,
+    name: &str,
+) -> Result<()> {
+    let started = Instant::now();
+    let mut backoff = Duration::from_millis(100);
+    let mut unit = unit;
+    let mut isolated = false;
+    let lane = follows.as_ref().map_or(0, |(lane, _)| *lane);
+    loop {
+        let written = match &follows {
+            Some((lane, previous)) => sink.write_after(unit.clone(), *lane, previous.clone()).await,
+            None => sink.write(unit.clone()).await,
+        };
+        match written {
+            Ok(()) => break,
+            // The write before failed: this one must not commit, and the loop stops both.
+            Err(e) if follows.as_ref().is_some_and(|(_, previous)| previous.failed()) => return Err(e),
+            Err(e) if e.is_retryable() && !cancel.is_cancelled() => {
+                tracing::warn!(stream = %name, error = %e, "Write failed; retrying.");
+                let state = if e.kind() == crate::ErrorKind::Connect { "reconnecting" } else { "retrying" };
+                metrics.set_state(state, Some(e.to_string()));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+            // Refused for good: find the rows at fault and write the rest, once. A config
+            // error is the config's to fix, not the rows'.
+            Err(e) if !isolated && !cancel.is_cancelled() && e.kind() != crate::ErrorKind::Config => {
+                isolated = true;
+                match quarantine::isolate(sink, &unit, &e, lane).await {
+                    Isolated::Unchanged => {}
+                    Isolated::Cleaned(cleaned, refused) => {
+                        tracing::warn!(stream = %name, error = %e, rows = refused, "Rows refused by the destination went to the ledger.");
+                        unit = Arc::from(cleaned);
+                    }
+                    Isolated::NotData => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    tracing::debug!(stream = %name, write_ms = started.elapsed().as_secs_f64() * 1e3, "Batch written.");
+    Ok(())
+}
+
+/// Wait for the oldest write in flight; pending forever when there is none (for `select!`
+/// guards).
+async fn join(inflight: &mut Writes) -> Result<()> {
+    match inflight.0.front_mut() {
         Some(f) => (&mut f.task).await.map_err(|e| Error::new(ErrorKind::Fatal, "write task failed").with_source(e))?,
         None => std::future::pending().await,
     }
@@ -345,9 +440,14 @@ async fn join(inflight: &mut Option<InFlight>) -> Result<()> {
 
 /// The in-flight write ended: on success commit its position upstream (the only place a
 /// position is committed) and return the new durable checkpoint.
-async fn finish(s: &mut Stream<'_>, inflight: &mut Option<InFlight>, done: Result<()>) -> Result<Checkpoint> {
-    let Some(f) = inflight.take() else { return Err(Error::new(ErrorKind::Fatal, "no write in flight")) };
+async fn finish(s: &mut Stream<'_>, inflight: &mut Writes, done: Result<()>) -> Result<Checkpoint> {
+    let Some(f) = inflight.0.pop_front() else { return Err(Error::new(ErrorKind::Fatal, "no write in flight")) };
     if let Err(e) = done {
+        // A write beside this one must not commit after it failed: it is stopped.
+        for behind in inflight.0.drain(..) {
+            behind.task.abort();
+            let _ = behind.task.await;
+        }
         s.source.abort(&e).await;
         return Err(e);
     }

@@ -27,16 +27,17 @@ pub enum Isolated {
     NotData,
 }
 
-/// Find what `sink` refuses in `unit`, which it refused with `error`.
-pub async fn isolate(sink: &dyn Sink, unit: &WriteUnit, error: &Error) -> Isolated {
+/// Find what `sink` refuses in `unit`, which it refused with `error`, trying parts on `lane`
+/// (the lane `unit` was written on: [`Sink::probe_on`]).
+pub async fn isolate(sink: &dyn Sink, unit: &WriteUnit, error: &Error, lane: usize) -> Isolated {
     let mut probes = 0usize;
-    match sink.probe(Arc::new(unit.clone())).await {
+    match sink.probe_on(lane, Arc::new(unit.clone())).await {
         None => return Isolated::NotData,
         Some(Ok(())) => return Isolated::Unchanged,
         Some(Err(_)) => {}
     }
     // Without any table the unit must go through, or the fault is not in the rows.
-    if !matches!(sink.probe(Arc::new(part(unit, Vec::new()))).await, Some(Ok(()))) {
+    if !matches!(sink.probe_on(lane, Arc::new(part(unit, Vec::new()))).await, Some(Ok(()))) {
         return Isolated::NotData;
     }
     let reason = format!("the destination refused this row: {error}");
@@ -44,7 +45,7 @@ pub async fn isolate(sink: &dyn Sink, unit: &WriteUnit, error: &Error) -> Isolat
     let mut tables = Vec::with_capacity(unit.tables.len());
     let mut refused = 0usize;
     for write in &unit.tables {
-        let keep = refused_rows(sink, unit, write, &mut probes).await;
+        let keep = refused_rows(sink, lane, unit, write, &mut probes).await;
         let bad: Vec<usize> = (0..write.data.num_rows()).filter(|i| !keep[*i]).collect();
         if bad.is_empty() {
             tables.push(write.clone());
@@ -95,7 +96,13 @@ fn part(unit: &WriteUnit, tables: Vec<TableWrite>) -> WriteUnit {
 }
 
 /// Which rows of `write` the sink takes (`true`) and which it refuses.
-async fn refused_rows(sink: &dyn Sink, unit: &WriteUnit, write: &TableWrite, probes: &mut usize) -> Vec<bool> {
+async fn refused_rows(
+    sink: &dyn Sink,
+    lane: usize,
+    unit: &WriteUnit,
+    write: &TableWrite,
+    probes: &mut usize,
+) -> Vec<bool> {
     let n = write.data.num_rows();
     let mut keep = vec![true; n];
     let tries = |rows: std::ops::Range<usize>| {
@@ -106,7 +113,7 @@ async fn refused_rows(sink: &dyn Sink, unit: &WriteUnit, write: &TableWrite, pro
     // The table's schema changes alone: if they are refused, so is every row.
     let ddl_only = tries(0..0).unwrap_or_else(|| part(unit, Vec::new()));
     *probes += 1;
-    if !matches!(sink.probe(Arc::new(ddl_only)).await, Some(Ok(()))) {
+    if !matches!(sink.probe_on(lane, Arc::new(ddl_only)).await, Some(Ok(()))) {
         return vec![false; n];
     }
     let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
@@ -122,7 +129,7 @@ async fn refused_rows(sink: &dyn Sink, unit: &WriteUnit, write: &TableWrite, pro
         }
         *probes += 1;
         let Some(try_unit) = tries(range.clone()) else { continue };
-        if matches!(sink.probe(Arc::new(try_unit)).await, Some(Ok(()))) {
+        if matches!(sink.probe_on(lane, Arc::new(try_unit)).await, Some(Ok(()))) {
             continue;
         }
         if range.len() == 1 {

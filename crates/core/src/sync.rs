@@ -129,6 +129,19 @@ pub trait Destination: Send {
         Ok(())
     }
 
+    /// [`Destination::write`] while the write before it may still be in flight on another
+    /// session of the same destination: the rows may load at once, but this commits only once
+    /// `previous` says that write is durable, and never if it failed. By default it waits first.
+    async fn write_after(
+        &mut self,
+        deliveries: &[Delivery],
+        stamp: Option<&Stamp>,
+        previous: crate::sink::Preceding,
+    ) -> Result<()> {
+        previous.durable().await?;
+        self.write(deliveries, stamp).await
+    }
+
     /// Apply `deliveries` and roll them back: whether they would commit. A stream whose unit
     /// the destination refuses for good finds the refused rows this way (they go to the
     /// ledger, and to its dead-letter table), and writes the rest. `None`: this kind cannot

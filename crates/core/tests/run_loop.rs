@@ -10,7 +10,7 @@ use serde_json::json;
 use sluice_core::pipeline::{Stream, run};
 use sluice_core::{
     Checkpoint, Chunk, Decoder, Error, ErrorKind, FlushConfig, MetadataConfig, Payload, Position, Record, RecordMeta,
-    Result, Sink, Source, StreamMetrics, Totals, WriteUnit,
+    Result, Sink, Source, StreamMetrics, Totals, WriteUnit, sink::Preceding,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -251,4 +251,130 @@ async fn predecoded_pushes_that_arrive_during_a_write_share_the_next_unit() {
     let (result, ()) = tokio::join!(run_stream(&mut source, &mut decoder, sink, &flush), feeder);
     result.unwrap();
     assert_eq!(*units.lock().unwrap(), vec![vec![2], vec![3, 4, 5]]);
+}
+
+/// A chunk of a snapshot's copy of table `t`: one row, `p`; the first clears the table, the
+/// last completes the copy.
+fn copy_chunk(p: i64, clear: bool, last: bool) -> Chunk {
+    use sluice_core::CopyRows;
+    let rows = CopyRows {
+        columns: Arc::new(vec![("p".into(), sluice_core::ColumnType::Bigint)]),
+        keys: vec!["p".into()],
+        whole_row: false,
+        db: "d".into(),
+        schema: "public".into(),
+        table: "t".into(),
+        clear,
+        last,
+        rows: vec![bytes::Bytes::from(format!("{p}\n"))],
+        binary: None,
+    };
+    Chunk {
+        records: vec![Record {
+            payload: Payload::Copy(rows),
+            meta: RecordMeta { route: Some("t".into()), ..RecordMeta::default() },
+        }],
+        bytes: 10,
+        position: Position(json!(p)),
+        arrived: Instant::now(),
+        flush: true,
+    }
+}
+
+/// A sink with two lanes. It logs each call (`write`, or `write_after` with its lane) as it
+/// begins; a write beside another waits for the loop to say the one before is durable. The
+/// write of each position in `wait_for_next` is answered only once the next write has begun,
+/// so the two must run at once; `fail` fails that position's write for good once the next has
+/// begun.
+struct LaneSink {
+    log: Arc<Mutex<Log>>,
+    calls: Arc<Mutex<Vec<String>>>,
+    wait_for_next: Vec<i64>,
+    fail: Option<i64>,
+    began: tokio::sync::watch::Sender<i64>,
+}
+
+impl LaneSink {
+    fn begin(&self, unit: &WriteUnit, call: String) -> i64 {
+        let p = unit.checkpoint.position.0.as_i64().unwrap();
+        self.calls.lock().unwrap().push(call);
+        self.began.send_replace(p);
+        p
+    }
+
+    async fn apply(&self, p: i64) -> Result<()> {
+        if self.wait_for_next.contains(&p) || Some(p) == self.fail {
+            let mut began = self.began.subscribe();
+            let next = tokio::time::timeout(std::time::Duration::from_secs(30), began.wait_for(|b| *b > p));
+            if next.await.is_err() {
+                return Err(Error::new(ErrorKind::Fatal, format!("the write after {p} did not begin beside it")));
+            }
+            if Some(p) == self.fail {
+                return Err(Error::new(ErrorKind::Fatal, "refused"));
+            }
+        }
+        self.log.lock().unwrap().durable.push(p);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Sink for LaneSink {
+    async fn write(&self, unit: std::sync::Arc<WriteUnit>) -> Result<()> {
+        let p = self.begin(&unit, format!("write {}", unit.checkpoint.position.0));
+        self.apply(p).await
+    }
+    fn lanes(&self) -> usize {
+        2
+    }
+    async fn write_after(&self, unit: std::sync::Arc<WriteUnit>, lane: usize, previous: Preceding) -> Result<()> {
+        let p = self.begin(&unit, format!("write {} on {lane}", unit.checkpoint.position.0));
+        previous.durable().await?;
+        // The loop says so only once the write before has returned.
+        assert_eq!(self.log.lock().unwrap().durable.last(), Some(&(p - 1)), "{p} was let commit before {}", p - 1);
+        self.apply(p).await
+    }
+}
+
+async fn drive_lanes(
+    n: i64,
+    wait_for_next: Vec<i64>,
+    fail: Option<i64>,
+) -> (Result<Checkpoint>, Arc<Mutex<Log>>, Vec<String>) {
+    let log = Arc::new(Mutex::new(Log::default()));
+    let chunks = (1..=n).map(|p| copy_chunk(p, p == 1, p == n)).collect();
+    let mut source = FakeSource { chunks, log: log.clone(), fail_at_end: false };
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let began = tokio::sync::watch::Sender::new(0);
+    let sink = Arc::new(LaneSink { log: log.clone(), calls: calls.clone(), wait_for_next, fail, began });
+    let mut decoder = Decoder::new("t".into(), MetadataConfig::default(), HashMap::new());
+    let result = run_stream(&mut source, &mut decoder, sink, &one_per_batch()).await;
+    let calls = calls.lock().unwrap().clone();
+    (result, log, calls)
+}
+
+/// A snapshot's middle chunks go beside the one before them, on alternate lanes, each told
+/// when the one before is durable; the first chunk (it creates the table) and the last (it
+/// adds the key) go alone; positions are still committed in order, each after its own write.
+#[tokio::test]
+async fn a_sink_with_two_lanes_writes_a_snapshot_chunk_beside_the_one_before() {
+    let (result, log, calls) = drive_lanes(6, vec![2, 3, 4], None).await;
+    assert_eq!(result.unwrap().totals.rows_written, 6);
+    assert_eq!(calls, ["write 1", "write 2", "write 3 on 1", "write 4 on 0", "write 5 on 1", "write 6"]);
+    let log = log.lock().unwrap();
+    assert_eq!(log.durable, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(log.commits, [1, 2, 3, 4, 5, 6]);
+}
+
+/// When a write fails, the one beside it is told so and does not commit: the loop returns the
+/// error, and commits neither position.
+#[tokio::test]
+async fn a_write_beside_one_that_failed_is_stopped_and_never_committed() {
+    let (result, log, calls) = drive_lanes(5, vec![], Some(2)).await;
+    assert_eq!(result.unwrap_err().kind(), ErrorKind::Fatal);
+    assert_eq!(calls, ["write 1", "write 2", "write 3 on 1"]);
+    let log = log.lock().unwrap();
+    assert_eq!(log.commits, [1]);
+    assert_eq!(log.durable, [1]);
+    assert_eq!(log.aborts, 1);
 }

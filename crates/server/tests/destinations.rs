@@ -421,6 +421,9 @@ async fn a_snapshot_copy_gets_its_key_when_complete_across_kill_9() {
         .await;
     let (_, metrics) = server.get("/api/streams/p/metrics").await;
     assert_eq!(metrics["state"], "running", "{metrics}");
+    // The copy's middle chunks loaded on two sessions, each while the one before committed.
+    let beside = metrics["destination"]["writes_beside"].as_f64().unwrap_or(0.0);
+    assert!(beside >= 1.0, "no chunk was loaded beside another: {metrics}");
 }
 
 /// A table without a primary key (REPLICA IDENTITY FULL), with repeated rows and NULLs, copied

@@ -34,6 +34,7 @@ mod destinations_http;
 mod destinations_iceberg;
 mod destinations_iceberg_sql;
 mod destinations_iceberg_upkeep;
+mod destinations_lanes;
 mod destinations_mariadb;
 mod destinations_names;
 mod destinations_snowflake;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use sluice_core::{
     Checkpoint, CopyPhase, Delivery, Destination, Error, ErrorKind, IdempotencyKey, Result, Sink, Stamp, StreamMetrics,
-    SyncMode, WriteUnit, rejects::RejectBatch,
+    SyncMode, WriteUnit, rejects::RejectBatch, sink::Preceding,
 };
 use tokio::sync::Mutex;
 
@@ -51,6 +51,9 @@ pub struct DeliverySink {
     /// The unit whose ledger rows are in the workspace already, and how many: a write tried
     /// again (after a failure, or without the rows the destination refused) adds only the rest.
     ledgered: std::sync::Mutex<Option<(Checkpoint, usize)>>,
+    /// A second session of the destination, for a snapshot's chunk loaded while the one before
+    /// it commits (`Sink::write_after`): Postgres, not staged, without custom SQL.
+    second: Option<Shared>,
 }
 
 /// The column that carries a change's op (`c`, `u`, `d`, `r`) to custom SQL.
@@ -103,6 +106,12 @@ impl DeliverySink {
             _ => false,
         };
         let dead_letters = stream_config.dead_letter_table.clone();
+        let second = match config {
+            DestinationConfig::Postgres(c) if stage.is_none() && c.custom_sql.is_none() => {
+                Some(Arc::new(Mutex::new(build_destination(config)?)))
+            }
+            _ => None,
+        };
         Ok(Self {
             stream: stream.to_string(),
             destination,
@@ -113,6 +122,7 @@ impl DeliverySink {
             changes,
             dead_letters,
             ledgered: std::sync::Mutex::default(),
+            second,
         })
     }
 
@@ -264,6 +274,10 @@ impl Sink for DeliverySink {
     /// good then has its refused rows found and sent to the ledger (and the dead-letter table),
     /// and the rest written.
     async fn probe(&self, unit: Arc<WriteUnit>) -> Option<Result<()>> {
+        self.probe_on(0, unit).await
+    }
+
+    async fn probe_on(&self, lane: usize, unit: Arc<WriteUnit>) -> Option<Result<()>> {
         if !self.stamps {
             return None;
         }
@@ -271,10 +285,35 @@ impl Sink for DeliverySink {
             Ok(deliveries) => deliveries,
             Err(e) => return Some(Err(e)),
         };
-        self.destination.lock().await.probe(&deliveries).await
+        self.lane(lane).lock().await.probe(&deliveries).await
     }
 
     async fn write(&self, unit: Arc<WriteUnit>) -> Result<()> {
+        self.write_on(0, unit, None).await
+    }
+
+    fn lanes(&self) -> usize {
+        if self.second.is_some() { 2 } else { 1 }
+    }
+
+    /// On lane 1, the destination's second session: the rows load while the unit before
+    /// commits on the other, and commit after it.
+    async fn write_after(&self, unit: Arc<WriteUnit>, lane: usize, previous: Preceding) -> Result<()> {
+        self.write_on(lane, unit, Some(previous)).await
+    }
+}
+
+impl DeliverySink {
+    /// The destination's session for `lane`.
+    fn lane(&self, lane: usize) -> &Shared {
+        match &self.second {
+            Some(second) if lane == 1 => second,
+            _ => &self.destination,
+        }
+    }
+
+    /// Write `unit` on `lane`, after `previous` when it is written beside the unit before.
+    async fn write_on(&self, lane: usize, unit: Arc<WriteUnit>, previous: Option<Preceding>) -> Result<()> {
         // The ledger first: a crash after it replays the unit, and a ledger row twice is better
         // than none (the destination's position decides what is read again).
         let already = match &*self.ledgered.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
@@ -296,10 +335,13 @@ impl Sink for DeliverySink {
         let checkpoint = serde_json::to_string(&envelope)
             .map_err(|e| Error::new(ErrorKind::Fatal, "could not encode a checkpoint").with_source(e))?;
         let started = Instant::now();
-        let mut destination = self.destination.lock().await;
+        let mut destination = self.lane(lane).lock().await;
         if self.stamps {
             let stamp = Stamp { owner: self.stream.clone(), checkpoint };
-            let written = destination.write(&deliveries, Some(&stamp)).await;
+            let written = match previous.clone() {
+                Some(previous) => destination.write_after(&deliveries, Some(&stamp), previous).await,
+                None => destination.write(&deliveries, Some(&stamp)).await,
+            };
             match written {
                 Err(e) if self.dead_letters.is_some() && !unit.rejects.is_empty() && refusal(&e) => {
                     // The dead-letter table itself may be what the destination refuses (a table
@@ -312,6 +354,9 @@ impl Sink for DeliverySink {
                     tracing::warn!(stream = %self.stream, error = %e, "The destination refused the dead-letter rows; they stay in the workspace ledger.");
                     self.metrics.add_destination("dead_letters_refused", unit.rejects.len() as f64);
                     deliveries.truncate(rows);
+                    if let Some(previous) = &previous {
+                        previous.durable().await?;
+                    }
                     destination.write(&deliveries, Some(&stamp)).await?;
                 }
                 other => other?,
@@ -335,6 +380,10 @@ impl Sink for DeliverySink {
         self.metrics.add_destination("rows", deliveries.iter().map(Delivery::row_count).sum::<usize>() as f64);
         self.metrics.add_destination("deletes", deliveries.iter().map(Delivery::delete_count).sum::<usize>() as f64);
         self.metrics.add_destination("writes", 1.0);
+        if previous.is_some() {
+            // A snapshot's chunk loaded while the one before it committed.
+            self.metrics.add_destination("writes_beside", 1.0);
+        }
         self.metrics.set_destination("load_ms", ms);
         self.metrics.max_destination("load_ms_max", ms);
         // Then the push keys and totals, once the rows are durable where they belong.

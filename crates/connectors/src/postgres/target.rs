@@ -6,6 +6,7 @@
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use sluice_core::sink::Preceding;
 use sluice_core::transform::CustomSql;
 use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Secret, Stamp};
 
@@ -146,12 +147,15 @@ pub struct PostgresTarget {
     /// The last write failed: its COMMIT may have landed with its answer lost, so the next
     /// write of a stamp first reads the position the table holds.
     unsure: bool,
+    /// A write is under way: if it is still set when the next begins, that write was stopped
+    /// midway (its task aborted), and its session, in any state, is not used again.
+    busy: bool,
 }
 
 impl PostgresTarget {
     /// A destination for `config` (connects on use).
     pub fn new(config: PostgresTableConfig) -> Self {
-        Self { config, session: None, schemas: Default::default(), unsure: false }
+        Self { config, session: None, schemas: Default::default(), unsure: false, busy: false }
     }
 
     /// The schema and name of a delivery's table: split at the first dot when the schema is a
@@ -190,21 +194,21 @@ impl Destination for PostgresTarget {
     }
 
     async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
-        if let Some(stamp) = stamp.filter(|_| self.unsure) {
-            let held = self.read_stamp(&stamp.owner).await;
-            if self.forget_on_error(held)?.as_deref() == Some(stamp.checkpoint.as_str()) {
-                // The failed try committed after all: writing it again would repeat its rows.
-                self.unsure = false;
-                return Ok(());
-            }
-        }
-        let result = self.write_in_one(deliveries, stamp, true).await;
-        self.unsure = result.is_err();
-        self.forget_on_error(result)
+        self.write_stamped(deliveries, stamp, None).await
+    }
+
+    /// The rows load on this session while the write before commits on another; the stamp is
+    /// written, and the transaction committed, only once that one is durable. The commits stay
+    /// in the stream's order, so a retry after a lost answer still finds its own stamp or the
+    /// one before it.
+    async fn write_after(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>, previous: Preceding) -> Result<()> {
+        self.write_stamped(deliveries, stamp, Some(previous)).await
     }
 
     async fn probe(&mut self, deliveries: &[Delivery]) -> Option<Result<()>> {
-        let result = self.write_in_one(deliveries, None, false).await;
+        self.begin();
+        let result = self.write_in_one(deliveries, None, false, None).await;
+        self.busy = false;
         // Schemas it created are rolled back with it.
         self.schemas.clear();
         Some(self.forget_on_error(result))
@@ -244,6 +248,37 @@ impl PostgresTarget {
         format!("{}.{}", Dialect::Postgres.quote(schema), Dialect::Postgres.quote(POSITIONS))
     }
 
+    /// A write begins: a session left by a write that was stopped midway is dropped.
+    fn begin(&mut self) {
+        if std::mem::replace(&mut self.busy, true) {
+            self.session = None;
+            self.schemas.clear();
+            self.unsure = true;
+        }
+    }
+
+    async fn write_stamped(
+        &mut self,
+        deliveries: &[Delivery],
+        stamp: Option<&Stamp>,
+        previous: Option<Preceding>,
+    ) -> Result<()> {
+        self.begin();
+        if let Some(stamp) = stamp.filter(|_| self.unsure) {
+            let held = self.read_stamp(&stamp.owner).await;
+            if self.forget_on_error(held)?.as_deref() == Some(stamp.checkpoint.as_str()) {
+                // The failed try committed after all: writing it again would repeat its rows.
+                self.unsure = false;
+                self.busy = false;
+                return Ok(());
+            }
+        }
+        let result = self.write_in_one(deliveries, stamp, true, previous.as_ref()).await;
+        self.unsure = result.is_err();
+        self.busy = false;
+        self.forget_on_error(result)
+    }
+
     /// After an error the session may be in any state: the next use opens a new one.
     fn forget_on_error<T>(&mut self, result: Result<T>) -> Result<T> {
         if result.is_err() {
@@ -267,7 +302,15 @@ impl PostgresTarget {
     }
 
     /// Everything in one transaction, committed, or rolled back when `commit` is false (a probe).
-    async fn write_in_one(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>, commit: bool) -> Result<()> {
+    /// With `previous`, the stamp is written and the transaction committed only once it says
+    /// the write before is durable.
+    async fn write_in_one(
+        &mut self,
+        deliveries: &[Delivery],
+        stamp: Option<&Stamp>,
+        commit: bool,
+        previous: Option<&Preceding>,
+    ) -> Result<()> {
         let positions = self.positions();
         let places: Vec<(String, String)> =
             deliveries.iter().map(|d| self.locate(d.table.as_deref().unwrap_or(&self.config.table))).collect();
@@ -291,6 +334,9 @@ impl PostgresTarget {
                 self.schemas.insert(schema.clone());
             }
             apply(&tx, schema, name, delivery).await?;
+        }
+        if let Some(previous) = previous {
+            previous.durable().await?;
         }
         if let Some(stamp) = stamp {
             if templated {

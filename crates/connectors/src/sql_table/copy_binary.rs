@@ -5,10 +5,7 @@
 //! formatting on our side and parsing on the server's (numbers and timestamps above all).
 
 use arrow::array::{Array, ArrayRef, AsArray};
-use arrow::datatypes::{
-    DataType, Int64Type, Schema, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
-    TimestampSecondType,
-};
+use arrow::datatypes::{DataType, Int64Type, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use sluice_core::{Error, ErrorKind, Result};
 
@@ -125,10 +122,31 @@ fn encoder(ty: &DataType, oid: u32) -> Option<Encoder> {
     Some(encoder)
 }
 
-/// One column of a batch, ready to be written cell by cell.
+/// One column of a batch, its array's type resolved once, ready to be written cell by cell.
 struct Column {
-    array: ArrayRef,
-    encoder: Encoder,
+    /// Which rows are NULL.
+    nulls: Option<arrow::buffer::NullBuffer>,
+    values: Values,
+}
+
+/// A column's values, downcast once per batch (per cell, a downcast and the null check
+/// through `dyn Array` were a fifth of the encoding's time).
+enum Values {
+    Bool(arrow::array::BooleanArray),
+    Int(usize, arrow::array::Int64Array),
+    Float4(arrow::array::Float32Array),
+    Float8(arrow::array::Float64Array),
+    Text(arrow::array::StringArray),
+    LargeText(arrow::array::LargeStringArray),
+    TextView(arrow::array::StringViewArray),
+    Bytes(arrow::array::BinaryArray),
+    LargeBytes(arrow::array::LargeBinaryArray),
+    BytesView(arrow::array::BinaryViewArray),
+    FixedBytes(arrow::array::FixedSizeBinaryArray),
+    Date(arrow::array::Date32Array),
+    /// The values as stored, in the array's unit.
+    Timestamp(TimeUnit, arrow::array::Int64Array),
+    Numeric(u32, arrow::array::Decimal128Array),
 }
 
 impl Column {
@@ -142,72 +160,78 @@ impl Column {
             })?,
             _ => array.clone(),
         };
-        Ok(Self { array, encoder })
+        let values =
+            match encoder {
+                Encoder::Bool => Values::Bool(array.as_boolean().clone()),
+                Encoder::Int(width) => Values::Int(width, array.as_primitive::<Int64Type>().clone()),
+                Encoder::Float4 => Values::Float4(array.as_primitive().clone()),
+                Encoder::Float8 => Values::Float8(array.as_primitive().clone()),
+                Encoder::Text => match array.data_type() {
+                    DataType::Utf8 => Values::Text(array.as_string::<i32>().clone()),
+                    DataType::LargeUtf8 => Values::LargeText(array.as_string::<i64>().clone()),
+                    _ => Values::TextView(array.as_string_view().clone()),
+                },
+                Encoder::Bytea => match array.data_type() {
+                    DataType::Binary => Values::Bytes(array.as_binary::<i32>().clone()),
+                    DataType::LargeBinary => Values::LargeBytes(array.as_binary::<i64>().clone()),
+                    DataType::BinaryView => Values::BytesView(array.as_binary_view().clone()),
+                    _ => Values::FixedBytes(array.as_fixed_size_binary().clone()),
+                },
+                Encoder::Date => Values::Date(array.as_primitive().clone()),
+                // The values of any unit, as i64s (the unit says how to reach microseconds).
+                Encoder::Timestamp(unit) => {
+                    let raw =
+                        array.to_data().into_builder().data_type(DataType::Int64).build().map_err(|e| {
+                            Error::new(ErrorKind::Fatal, "binary COPY: a timestamp column").with_source(e)
+                        })?;
+                    Values::Timestamp(unit, arrow::array::Int64Array::from(raw))
+                }
+                Encoder::Numeric(scale) => Values::Numeric(scale, array.as_primitive().clone()),
+            };
+        Ok(Self { nulls: array.logical_nulls(), values })
     }
 
     fn write(&self, row: usize, out: &mut Vec<u8>) -> Result<()> {
-        let array = &self.array;
-        if array.is_null(row) {
+        if self.nulls.as_ref().is_some_and(|n| n.is_null(row)) {
             out.extend_from_slice(&(-1i32).to_be_bytes());
             return Ok(());
         }
-        match self.encoder {
-            Encoder::Bool => field(out, &[u8::from(array.as_boolean().value(row))]),
-            Encoder::Int(width) => {
-                let v = array.as_primitive::<Int64Type>().value(row);
+        match &self.values {
+            Values::Bool(a) => field(out, &[u8::from(a.value(row))]),
+            Values::Int(width, a) => {
+                let v = a.value(row);
                 match width {
                     2 => field(out, &(v as i16).to_be_bytes()),
                     4 => field(out, &(v as i32).to_be_bytes()),
                     _ => field(out, &v.to_be_bytes()),
                 }
             }
-            Encoder::Float4 => {
-                field(out, &array.as_primitive::<arrow::datatypes::Float32Type>().value(row).to_be_bytes())
-            }
-            Encoder::Float8 => {
-                field(out, &array.as_primitive::<arrow::datatypes::Float64Type>().value(row).to_be_bytes())
-            }
-            Encoder::Text => {
-                let text = match array.data_type() {
-                    DataType::Utf8 => array.as_string::<i32>().value(row),
-                    DataType::LargeUtf8 => array.as_string::<i64>().value(row),
-                    _ => array.as_string_view().value(row),
-                };
-                long_field(out, text.as_bytes())?;
-            }
-            Encoder::Bytea => {
-                let bytes = match array.data_type() {
-                    DataType::Binary => array.as_binary::<i32>().value(row),
-                    DataType::LargeBinary => array.as_binary::<i64>().value(row),
-                    DataType::BinaryView => array.as_binary_view().value(row),
-                    _ => array.as_fixed_size_binary().value(row),
-                };
-                long_field(out, bytes)?;
-            }
-            Encoder::Date => {
-                let days = array.as_primitive::<arrow::datatypes::Date32Type>().value(row);
-                let days = days.checked_sub(PG_EPOCH_DAYS).ok_or_else(|| out_of_range("date"))?;
+            Values::Float4(a) => field(out, &a.value(row).to_be_bytes()),
+            Values::Float8(a) => field(out, &a.value(row).to_be_bytes()),
+            Values::Text(a) => long_field(out, a.value(row).as_bytes())?,
+            Values::LargeText(a) => long_field(out, a.value(row).as_bytes())?,
+            Values::TextView(a) => long_field(out, a.value(row).as_bytes())?,
+            Values::Bytes(a) => long_field(out, a.value(row))?,
+            Values::LargeBytes(a) => long_field(out, a.value(row))?,
+            Values::BytesView(a) => long_field(out, a.value(row))?,
+            Values::FixedBytes(a) => long_field(out, a.value(row))?,
+            Values::Date(a) => {
+                let days = a.value(row).checked_sub(PG_EPOCH_DAYS).ok_or_else(|| out_of_range("date"))?;
                 field(out, &days.to_be_bytes());
             }
-            Encoder::Timestamp(unit) => {
+            Values::Timestamp(unit, a) => {
                 // As the text format does, sub-microsecond digits are cut (toward the past).
+                let v = a.value(row);
                 let us = match unit {
-                    TimeUnit::Second => array.as_primitive::<TimestampSecondType>().value(row).checked_mul(1_000_000),
-                    TimeUnit::Millisecond => {
-                        array.as_primitive::<TimestampMillisecondType>().value(row).checked_mul(1_000)
-                    }
-                    TimeUnit::Microsecond => Some(array.as_primitive::<TimestampMicrosecondType>().value(row)),
-                    TimeUnit::Nanosecond => {
-                        Some(array.as_primitive::<TimestampNanosecondType>().value(row).div_euclid(1_000))
-                    }
+                    TimeUnit::Second => v.checked_mul(1_000_000),
+                    TimeUnit::Millisecond => v.checked_mul(1_000),
+                    TimeUnit::Microsecond => Some(v),
+                    TimeUnit::Nanosecond => Some(v.div_euclid(1_000)),
                 };
                 let us = us.and_then(|us| us.checked_sub(PG_EPOCH_US)).ok_or_else(|| out_of_range("timestamp"))?;
                 field(out, &us.to_be_bytes());
             }
-            Encoder::Numeric(scale) => {
-                let v = array.as_primitive::<arrow::datatypes::Decimal128Type>().value(row);
-                numeric(v, scale, out);
-            }
+            Values::Numeric(scale, a) => numeric(a.value(row), *scale, out),
         }
         Ok(())
     }
@@ -427,5 +451,12 @@ mod tests {
             want.extend([0xff, 0xff, 0xff, 0xff]);
         }
         assert_eq!(out, want);
+        // A slice (how a batch is cut into messages) writes its own rows: here the second.
+        let mut second = Vec::new();
+        rows.write(&batch.slice(1, 1), &mut second).unwrap();
+        assert_eq!(second, want[want.len() - 34..]);
+        let mut first = Vec::new();
+        rows.write(&batch.slice(0, 1), &mut first).unwrap();
+        assert_eq!(first, want[..want.len() - 34]);
     }
 }

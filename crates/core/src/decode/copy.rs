@@ -78,6 +78,7 @@ impl Decoder {
         }
         let columns: Vec<Option<usize>> =
             plans.iter().map(|p| p.as_ref().map(|(name, ty, _)| builder.column(name, *ty))).collect();
+        builder.reserve(rows.rows.len(), rows.len_bytes());
         let mut types: Vec<_> = columns.iter().map(|i| i.map(|i| builder.schema.columns()[i].ty)).collect();
         let wires = rows.binary.clone();
         let mut ranges = Vec::new();
@@ -171,6 +172,20 @@ impl Decoder {
 }
 
 impl TableBuilder {
+    /// Room for `rows` more rows, of `bytes` in all, in a builder that holds none yet (a
+    /// snapshot's chunk is usually a unit of its own); one that holds rows grows as it goes.
+    fn reserve(&mut self, rows: usize, bytes: usize) {
+        if self.rows != 0 || self.columns.iter().any(|c| c.len() != 0) {
+            return;
+        }
+        // Text: the rows' bytes shared among the columns, the fixed-width ones counted too
+        // (a little more room than needed rather than growing twice).
+        let text = bytes / self.columns.len().max(1) + rows * 8;
+        for (column, schema) in self.columns.iter_mut().zip(self.schema.columns()) {
+            *column = super::column::ColumnBuilder::with_capacity(schema.ty, rows, text);
+        }
+    }
+
     /// Give rows that entered before the builder became a mirror (snapshot rows) their change
     /// entries, so a batch can hold both.
     pub(super) fn pad_mirror(&mut self) {

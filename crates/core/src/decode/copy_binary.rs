@@ -152,7 +152,8 @@ fn int(wire: Wire, v: &[u8]) -> Option<i64> {
 /// that page the snapshot. `None` when the value is not well formed.
 pub fn text_of(wire: Wire, v: &[u8]) -> Option<Cow<'_, str>> {
     let text = match wire {
-        Wire::Text => return Some(String::from_utf8_lossy(v)),
+        // Valid UTF-8 is checked by the fast path; only invalid text is scanned again, lossily.
+        Wire::Text => return Some(std::str::from_utf8(v).map_or_else(|_| String::from_utf8_lossy(v), Cow::Borrowed)),
         Wire::Bool => if *v.first()? != 0 { "t" } else { "f" }.to_string(),
         Wire::Int2 | Wire::Int4 | Wire::Int8 => int(wire, v)?.to_string(),
         Wire::Float4 => {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use sluice_connectors::workspace::SchemaHistory;
+use sluice_core::sink::Preceding;
 use sluice_core::{Result, Sink, WriteUnit};
 use tokio::sync::broadcast;
 
@@ -82,6 +83,32 @@ impl FeedSink {
 impl Sink for FeedSink {
     async fn write(&self, unit: Arc<WriteUnit>) -> Result<()> {
         self.inner.write(unit.clone()).await?;
+        self.written(unit).await;
+        Ok(())
+    }
+
+    fn lanes(&self) -> usize {
+        self.inner.lanes()
+    }
+
+    async fn write_after(&self, unit: Arc<WriteUnit>, lane: usize, previous: Preceding) -> Result<()> {
+        self.inner.write_after(unit.clone(), lane, previous).await?;
+        self.written(unit).await;
+        Ok(())
+    }
+
+    async fn probe(&self, unit: Arc<WriteUnit>) -> Option<Result<()>> {
+        self.inner.probe(unit).await
+    }
+
+    async fn probe_on(&self, lane: usize, unit: Arc<WriteUnit>) -> Option<Result<()>> {
+        self.inner.probe_on(lane, unit).await
+    }
+}
+
+impl FeedSink {
+    /// A unit is durable: its schema changes into the history, and it goes to the feed.
+    async fn written(&self, unit: Arc<WriteUnit>) {
         if let Some(history) = &self.history
             && unit.tables.iter().any(|t| !t.changes.is_empty())
             && let Err(e) = history.record(unit.clone()).await
@@ -89,10 +116,5 @@ impl Sink for FeedSink {
             tracing::warn!(stream = %self.stream, error = %e, "Could not record the schema change in the history.");
         }
         self.publish(&unit);
-        Ok(())
-    }
-
-    async fn probe(&self, unit: Arc<WriteUnit>) -> Option<Result<()>> {
-        self.inner.probe(unit).await
     }
 }
