@@ -413,6 +413,12 @@ async fn write(
             // error is the config's to fix, not the rows'.
             Err(e) if !isolated && !cancel.is_cancelled() && e.kind() != crate::ErrorKind::Config => {
                 isolated = true;
+                // A unit written beside another is isolated, and written again with its
+                // rejects, only once the one before is durable: the two never both hold
+                // what one of them refused.
+                if let Some((_, previous)) = &follows {
+                    previous.durable().await?;
+                }
                 match quarantine::isolate(sink, &unit, &e, lane).await {
                     Isolated::Unchanged => {}
                     Isolated::Cleaned(cleaned, refused) => {

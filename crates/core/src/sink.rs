@@ -26,7 +26,8 @@ pub trait Sink: Send + Sync {
     /// Apply `unit` on `lane` (0 or 1) while the unit before it may still be in flight on the
     /// other: `unit` may become durable only once `previous` says that one is, and never if it
     /// failed. Called only when [`Sink::lanes`] is two, for a unit of one table's snapshot rows
-    /// with no schema change, rejects or push keys, following a unit of the same kind. A unit
+    /// with no schema change, rejects or push keys, following a unit of the same kind (or that
+    /// unit tried again without rows the sink refused, once the one before is durable). A unit
     /// keeps its lane when it is tried again.
     async fn write_after(&self, unit: Arc<WriteUnit>, lane: usize, previous: Preceding) -> Result<()> {
         let _ = lane;

@@ -329,7 +329,9 @@ impl Sink for LaneSink {
     }
     async fn write_after(&self, unit: std::sync::Arc<WriteUnit>, lane: usize, previous: Preceding) -> Result<()> {
         let p = self.begin(&unit, format!("write {} on {lane}", unit.checkpoint.position.0));
-        previous.durable().await?;
+        let told = previous.durable().await;
+        self.calls.lock().unwrap().push(format!("{p}: {}", if told.is_ok() { "durable" } else { "failed" }));
+        told?;
         // The loop says so only once the write before has returned.
         assert_eq!(self.log.lock().unwrap().durable.last(), Some(&(p - 1)), "{p} was let commit before {}", p - 1);
         self.apply(p).await
@@ -360,7 +362,9 @@ async fn drive_lanes(
 async fn a_sink_with_two_lanes_writes_a_snapshot_chunk_beside_the_one_before() {
     let (result, log, calls) = drive_lanes(6, vec![2, 3, 4], None).await;
     assert_eq!(result.unwrap().totals.rows_written, 6);
-    assert_eq!(calls, ["write 1", "write 2", "write 3 on 1", "write 4 on 0", "write 5 on 1", "write 6"]);
+    let (writes, told): (Vec<_>, Vec<_>) = calls.iter().partition(|c| c.starts_with("write"));
+    assert_eq!(writes, ["write 1", "write 2", "write 3 on 1", "write 4 on 0", "write 5 on 1", "write 6"]);
+    assert_eq!(told, ["3: durable", "4: durable", "5: durable"]);
     let log = log.lock().unwrap();
     assert_eq!(log.durable, [1, 2, 3, 4, 5, 6]);
     assert_eq!(log.commits, [1, 2, 3, 4, 5, 6]);
@@ -372,7 +376,8 @@ async fn a_sink_with_two_lanes_writes_a_snapshot_chunk_beside_the_one_before() {
 async fn a_write_beside_one_that_failed_is_stopped_and_never_committed() {
     let (result, log, calls) = drive_lanes(5, vec![], Some(2)).await;
     assert_eq!(result.unwrap_err().kind(), ErrorKind::Fatal);
-    assert_eq!(calls, ["write 1", "write 2", "write 3 on 1"]);
+    // The write beside the failed one is told so (not "durable"), and never commits.
+    assert_eq!(calls, ["write 1", "write 2", "write 3 on 1", "3: failed"]);
     let log = log.lock().unwrap();
     assert_eq!(log.commits, [1]);
     assert_eq!(log.durable, [1]);

@@ -106,7 +106,8 @@ async fn a_write_beside_the_one_before_loads_at_once_and_commits_only_after_it()
     assert_eq!((held(), count()), (vec!["b".to_string()], 20));
 
     // The write beside is itself stopped while it waits (the run loop aborts it): its rows never
-    // land, and its lane's next write starts on a new session and lands.
+    // land, and its lane's next write lands. (A write stopped in the middle of its COPY leaves
+    // its session unused too, by the same `busy` mark; this one is stopped between statements.)
     let (_done, previous) = Preceding::new();
     let write = beside(&first, 20..30, "c", previous);
     wait().await;
@@ -121,4 +122,41 @@ async fn a_write_beside_the_one_before_loads_at_once_and_commits_only_after_it()
     .await;
     assert_eq!((held(), count()), (vec!["d".to_string()], 30));
     assert_eq!(pg.lines("SELECT count(*) FROM chunks WHERE id BETWEEN 20 AND 29"), ["0"]);
+}
+
+/// The write before needs a lock the write beside holds (the same value of a unique index),
+/// which Postgres cannot see as a deadlock, as the write beside waits in Sluice: the write
+/// beside notices, rolls back retryably, and the write before goes on. Tried again, the write
+/// beside is refused for the value, which the run loop then sends to the ledger.
+#[tokio::test]
+async fn a_write_beside_gives_way_when_the_write_before_waits_for_its_lock() {
+    let pg = Postgres::start();
+    let held = || pg.lines("SELECT checkpoint FROM sluice_positions WHERE owner = 's'");
+    let (first, second) = (target(&pg), target(&pg));
+    first.lock().await.write(&[rows(0..10)], Some(&stamp("a"))).await.unwrap();
+    pg.sql("CREATE UNIQUE INDEX chunks_id ON chunks (id)");
+
+    let (done, previous) = Preceding::new();
+    let write = beside(&second, 100..110, "c", previous.clone());
+    wait_until("rows loaded, waiting for the write before", Duration::from_secs(30), || async {
+        loaded_and_waiting(&pg)
+    })
+    .await;
+    // The write before inserts 105, which the write beside holds uncommitted.
+    let before = {
+        let first = first.clone();
+        tokio::spawn(async move { first.lock().await.write(&[rows(105..106)], Some(&stamp("b"))).await })
+    };
+    let gave_way = tokio::time::timeout(Duration::from_secs(60), write).await.expect("the two writes hung");
+    let error = gave_way.unwrap().unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Transient, "{error}");
+    assert!(error.to_string().contains("waits for a lock"), "{error}");
+    tokio::time::timeout(Duration::from_secs(60), before).await.expect("the write before hung").unwrap().unwrap();
+    done.send_replace(Some(true));
+    assert_eq!(held(), ["b"]);
+    // Tried again behind it: refused for 105, as one write at a time would have been.
+    let again = beside(&second, 100..110, "c", previous).await.unwrap().unwrap_err();
+    assert!(again.to_string().contains("duplicate key"), "{again}");
+    assert_eq!(held(), ["b"]);
+    assert_eq!(pg.lines("SELECT count(*) FROM chunks WHERE id >= 100"), ["1"]);
 }

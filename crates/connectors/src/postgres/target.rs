@@ -336,7 +336,7 @@ impl PostgresTarget {
             apply(&tx, schema, name, delivery).await?;
         }
         if let Some(previous) = previous {
-            previous.durable().await?;
+            wait_for(&tx, previous).await?;
         }
         if let Some(stamp) = stamp {
             if templated {
@@ -400,6 +400,30 @@ impl PostgresTarget {
             .await
             .map_err(sql_error)?;
         Ok(row.map(|r| r.get(0)))
+    }
+}
+
+/// Wait, this transaction open, until the write before it is durable. That write may need a
+/// lock this one holds (a table both create, a value of a unique index both insert), which
+/// Postgres cannot see as a deadlock, as this session only waits in Sluice: so every half
+/// second this one asks whether a session waits for it, and if one does it rolls back with a
+/// retryable error, and is tried again, its rows loaded anew, behind that write.
+async fn wait_for(tx: &tokio_postgres::Transaction<'_>, previous: &Preceding) -> Result<()> {
+    // `pg_locks`, not `pg_stat_activity`, which a transaction reads once and keeps.
+    const BLOCKING: &str =
+        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted AND pg_backend_pid() = ANY(pg_blocking_pids(pid)))";
+    loop {
+        tokio::select! {
+            durable = previous.durable() => return durable,
+            () = tokio::time::sleep(std::time::Duration::from_millis(500)) => {
+                if tx.query_one(BLOCKING, &[]).await.map_err(sql_error)?.get::<_, bool>(0) {
+                    return Err(Error::new(
+                        ErrorKind::Transient,
+                        "Postgres: the write before this one waits for a lock this one holds; it is tried again after it",
+                    ));
+                }
+            }
+        }
     }
 }
 
