@@ -160,3 +160,33 @@ async fn a_write_beside_gives_way_when_the_write_before_waits_for_its_lock() {
     assert_eq!(held(), ["b"]);
     assert_eq!(pg.lines("SELECT count(*) FROM chunks WHERE id >= 100"), ["1"]);
 }
+
+/// A lock the write could not get in time (the role's `lock_timeout`), like a deadlock or a
+/// serialization failure, is an error to try again, not a refusal of the rows: the run loop
+/// retries it instead of looking for rows at fault.
+#[tokio::test]
+async fn a_lock_not_granted_in_time_is_retryable() {
+    let pg = Postgres::start();
+    let first = target(&pg);
+    first.lock().await.write(&[rows(0..10)], Some(&stamp("a"))).await.unwrap();
+    pg.sql("ALTER ROLE etl SET lock_timeout = '300ms'");
+    let dir = std::env::temp_dir().join(format!("sluice-lanes-{:x}", rand::random::<u64>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut holder = pg.run_script(
+        &dir.join("hold.sql"),
+        "BEGIN; LOCK TABLE chunks IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(3); COMMIT;\n",
+    );
+    wait_until("the table locked by another session", Duration::from_secs(30), || async {
+        pg.lines("SELECT count(*) FROM pg_locks WHERE relation = 'public.chunks'::regclass AND mode = 'AccessExclusiveLock' AND granted")
+            == ["1"]
+    })
+    .await;
+    // A new session, which takes the role's lock_timeout.
+    let second = target(&pg);
+    let refused = second.lock().await.write(&[rows(10..20)], Some(&stamp("b"))).await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Transient, "{refused}");
+    assert!(holder.wait().unwrap().success());
+    second.lock().await.write(&[rows(10..20)], Some(&stamp("b"))).await.unwrap();
+    assert_eq!(pg.lines("SELECT count(*) FROM chunks"), ["20"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -428,6 +428,14 @@ async fn wait_for(tx: &tokio_postgres::Transaction<'_>, previous: &Preceding) ->
 }
 
 pub(super) fn sql_error(e: tokio_postgres::Error) -> Error {
-    let kind = if e.is_closed() || e.as_db_error().is_none() { ErrorKind::Connect } else { ErrorKind::Fatal };
+    use tokio_postgres::error::SqlState;
+    // A deadlock, a serialization failure or a lock not granted in time: the same write, tried
+    // again, may well succeed (two lanes of a snapshot can meet so).
+    let again = [SqlState::T_R_DEADLOCK_DETECTED, SqlState::T_R_SERIALIZATION_FAILURE, SqlState::LOCK_NOT_AVAILABLE];
+    let kind = match e.code() {
+        _ if e.is_closed() || e.as_db_error().is_none() => ErrorKind::Connect,
+        Some(code) if again.contains(code) => ErrorKind::Transient,
+        _ => ErrorKind::Fatal,
+    };
     Error::new(kind, format!("Postgres: {}", cause(&e)))
 }
