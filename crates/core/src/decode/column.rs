@@ -25,26 +25,9 @@ pub(crate) enum ColumnBuilder {
 }
 
 impl ColumnBuilder {
+    /// An empty builder of Arrow's default room (1,024 values, and 1,024 bytes of text).
     pub(crate) fn new(ty: ColumnType) -> Self {
-        match ty {
-            ColumnType::Boolean => Self::Bool(BooleanBuilder::new()),
-            ColumnType::Bigint => Self::Int(Int64Builder::new()),
-            ColumnType::Double => Self::Float(Float64Builder::new()),
-            ColumnType::Varchar | ColumnType::Json | ColumnType::Uuid | ColumnType::Interval => {
-                Self::Text(StringBuilder::new())
-            }
-            ColumnType::Timestamp => Self::Micros(TimestampMicrosecondBuilder::new()),
-            ColumnType::Time => Self::Time(Time64MicrosecondBuilder::new()),
-            ColumnType::Blob => Self::Bytes(BinaryBuilder::new()),
-            ColumnType::Timestamptz => Self::Micros(TimestampMicrosecondBuilder::new().with_timezone("UTC")),
-            ColumnType::Date => Self::Days(Date32Builder::new()),
-            ColumnType::List(item) => Self::List(item, Vec::new()),
-            ColumnType::Decimal(precision, scale) => Self::Decimal(
-                Decimal128Builder::new()
-                    .with_precision_and_scale(precision, scale as i8)
-                    .unwrap_or_else(|_| Decimal128Builder::new()),
-            ),
-        }
+        Self::with_capacity(ty, 1024, 1024)
     }
 
     /// An empty builder with room for `rows` values (and `bytes` of text or bytes): a
@@ -70,7 +53,7 @@ impl ColumnBuilder {
             ),
             ColumnType::Blob => Self::Bytes(BinaryBuilder::with_capacity(rows, bytes)),
             ColumnType::Time => Self::Time(Time64MicrosecondBuilder::with_capacity(rows)),
-            ColumnType::List(_) => Self::new(ty),
+            ColumnType::List(item) => Self::List(item, Vec::new()),
         }
     }
 
