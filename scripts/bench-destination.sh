@@ -3,6 +3,9 @@
 # delivered by Sluice into a table of a throwaway PostgreSQL 15 (exactly once: position committed
 # with the rows), one transaction per unit and then staged (bulk loads every 500 ms), against
 # PostgreSQL's own COPY of the same rows (exported from that table, loaded into an empty copy).
+# Usage: bench-destination.sh [--events N] [--only push|kafka|push-staged|kafka-staged]...
+# tansu runs on its memory storage (its SQLite storage serves about 32k messages/s); `sluice
+# bench-kafka` sets fetch.wait.max.ms=10 for both its consumers (see its --property).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -16,7 +19,7 @@ kport=$(free_port)
 pport=$(free_port)
 bin=/usr/lib/postgresql/15/bin
 (cd "$dir" && exec "$TANSU_BIN" broker --listener-url "tcp://127.0.0.1:$kport" \
-  --advertised-listener-url "tcp://127.0.0.1:$kport" --storage-engine sqlite://tansu.db --silent) &
+  --advertised-listener-url "tcp://127.0.0.1:$kport" --storage-engine memory://tansu/ --silent) &
 broker=$!
 mkdir "$dir/pg" && chown postgres:postgres "$dir/pg"
 runuser -u postgres -- "$bin/initdb" -D "$dir/pg/data" -U postgres --auth=trust -E UTF8 --locale=C --no-sync >/dev/null
@@ -45,21 +48,39 @@ copy_baseline() {
 target() { echo "{\"kind\": \"postgres\", \"host\": \"127.0.0.1\", \"port\": $pport, \"database\": \"$1\", \"user\": \"postgres\", \"schema\": \"public\"}"; }
 
 events=1000000
-if [ "${1:-}" = "--events" ]; then events=$2; fi
+only=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --events) events=$2; shift 2 ;;
+    --only) only="$only $2"; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+wanted() { [ -z "$only" ] || [[ " $only " == *" $1 "* ]]; }
+if wanted push; then
 echo "== HTTP push -> PostgreSQL ($events events, 4 clients, 1000 per push)"
 psql -c "CREATE DATABASE pushbench"
 "$CARGO_TARGET_DIR/release/sluice" bench --events "$events" --seconds 5 --destination "$(target pushbench)"
 copy_baseline pushbench
+fi
+if wanted kafka; then
 echo "== Kafka (tansu) -> PostgreSQL ($events events)"
-"$CARGO_TARGET_DIR/release/sluice" bench-kafka --brokers "127.0.0.1:$kport" --events "$events" --destination "$(target postgres)"
-copy_baseline postgres
+psql -c "CREATE DATABASE kafkabench"
+"$CARGO_TARGET_DIR/release/sluice" bench-kafka --brokers "127.0.0.1:$kport" --events "$events" \
+  --destination "$(target kafkabench)"
+copy_baseline kafkabench
+fi
+if wanted push-staged; then
 echo "== HTTP push -> PostgreSQL, staged (stage every 500 ms; $events events)"
 psql -c "CREATE DATABASE pushstaged"
 "$CARGO_TARGET_DIR/release/sluice" bench --events "$events" --seconds 5 --destination "$(target pushstaged)" \
   --stage '{"every_ms": 500}'
 copy_baseline pushstaged
+fi
+if wanted kafka-staged; then
 echo "== Kafka (tansu) -> PostgreSQL, staged (stage every 500 ms; $events events)"
 psql -c "CREATE DATABASE kafkastaged"
 "$CARGO_TARGET_DIR/release/sluice" bench-kafka --brokers "127.0.0.1:$kport" --events "$events" \
   --destination "$(target kafkastaged)" --stage '{"every_ms": 500}'
 copy_baseline kafkastaged
+fi

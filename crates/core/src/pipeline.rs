@@ -185,16 +185,12 @@ async fn run_batches(
             let done = join(inflight).await;
             *durable = finish(s, inflight, done).await?;
         };
-        let bulk = unit.tables.iter().any(|t| t.snapshot.is_some());
         inflight.0.push_back(submit(s, unit, arrived, reports, follows));
-        if bulk {
-            // Let a snapshot chunk's write start before the next decode: tokio runs a task spawned
-            // here on this worker (its LIFO slot) only once this task yields, and decoding does
-            // not yield, so the write would wait for the next decode instead of overlapping it.
-            // Only for snapshot chunks, which are large: other streams keep the scheduling their
-            // fault tests (Kafka consumer groups) were proven with.
-            tokio::task::yield_now().await;
-        }
+        // Let the write start before the next decode: tokio runs a task spawned here on this
+        // worker (its LIFO slot, which other workers do not steal from) only once this task
+        // yields, and decoding does not yield, so the write would wait for the next decode
+        // instead of overlapping it.
+        tokio::task::yield_now().await;
         if ended {
             return Ok(());
         }
@@ -277,7 +273,8 @@ fn decode(
     let newest = records.iter().map(|r| r.meta.received_us).max();
     let idempotency = records.iter().filter_map(|r| r.meta.idempotency.clone()).collect();
     let started = Instant::now();
-    let (decoded, pending) = s.decoder.decode(records, from.sequence + 1)?;
+    let (decoded, pending) =
+        s.decoder.decode_spread(records, from.sequence + 1, decode_threads(), crate::decode::SPREAD_MIN_RUN_BYTES)?;
     // The next batch decodes against these schemas. Should this write fail for good, the loop
     // stops and the caller rebuilds the decoder from the destination.
     s.decoder.commit(pending);
@@ -307,6 +304,16 @@ fn decode(
         checkpoint: Checkpoint { position, sequence: decoded.last_sequence, totals },
     };
     Ok((unit, arrived, reports))
+}
+
+/// Threads a large batch of raw messages is decoded on: `SLUICE_DECODE_THREADS`, or one per
+/// core, at most 8.
+fn decode_threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from).min(8);
+        std::env::var("SLUICE_DECODE_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(cores).max(1)
+    })
 }
 
 /// What each chunk's events came to: its sequences follow the chunk before it's.

@@ -16,6 +16,7 @@ mod metadata;
 mod mirror;
 mod names;
 mod script;
+mod spread;
 mod transformed;
 
 use std::collections::HashMap;
@@ -30,6 +31,7 @@ pub use metadata::MetadataConfig;
 use metadata::source_coordinates;
 pub use names::MAX_NAME_BYTES;
 use names::{bad_name, truncated};
+pub use spread::SPREAD_MIN_RUN_BYTES;
 
 use crate::batch::{MirrorWrite, Payload, Record, RecordMeta, Reject, SnapshotWrite, TableWrite};
 use crate::error::{Error, ErrorKind, Result};

@@ -75,7 +75,34 @@ pub fn body(data: &[u8]) {
     }
     message(data);
     for schemas in [HashMap::new(), known_columns()] {
-        from_bytes(&bytes, schemas);
+        from_bytes(&bytes, schemas.clone());
+        spread(data, schemas);
+    }
+}
+
+/// The data's lines as messages (Kafka, Kinesis), each with its own key and offset, decoded on
+/// several threads, give what the serial decode gives: a run that moves the table is decoded
+/// again after the runs before it.
+fn spread(data: &[u8], schemas: HashMap<String, sluice_core::TableSchema>) {
+    let metadata = MetadataConfig { received_at: true, key: true, ..MetadataConfig::default() };
+    let decoder = Decoder::new("t".into(), metadata, schemas);
+    let records = || -> Vec<Record> {
+        let lines = data.split(|b| *b == b'\n').filter(|l| !l.is_empty());
+        let meta = |i: usize| RecordMeta {
+            key: Some(format!("k{i}")),
+            offset: Some(i as i64),
+            received_us: 1_700_000_000_000_000 + i as i64,
+            ..RecordMeta::default()
+        };
+        lines
+            .enumerate()
+            .map(|(i, l)| Record { payload: Payload::Bytes(bytes::Bytes::copy_from_slice(l)), meta: meta(i) })
+            .collect()
+    };
+    let (serial, _) = decoder.decode(records(), 100).expect("serial decode");
+    for threads in [2, 3, 7] {
+        let (spread, _) = decoder.decode_spread(records(), 100, threads, 1).expect("spread decode");
+        same_decode(&spread, &serial);
     }
 }
 

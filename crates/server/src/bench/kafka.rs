@@ -32,10 +32,26 @@ pub struct KafkaBenchArgs {
     /// The stream's `stage` (JSON), with `--destination`: a staged bulk load.
     #[arg(long)]
     pub stage: Option<String>,
+    /// A librdkafka consumer property, `name=value`, given to both the raw consumer and the
+    /// stream's source (`properties`); repeatable. `fetch.wait.max.ms` is 10 unless given:
+    /// tansu holds every fetch for the whole of that wait, so librdkafka's default of 500 ms
+    /// caps any consumer of it near 64k messages/s.
+    #[arg(long = "property", value_parser = property)]
+    pub properties: Vec<(String, String)>,
+}
+
+fn property(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected name=value, got {s:?}")),
+    }
 }
 
 /// Produce, read raw, then read through Sluice; print both rates.
-pub async fn run(args: KafkaBenchArgs) -> Result<(), String> {
+pub async fn run(mut args: KafkaBenchArgs) -> Result<(), String> {
+    if !args.properties.iter().any(|(k, _)| k == "fetch.wait.max.ms") {
+        args.properties.push(("fetch.wait.max.ms".into(), "10".into()));
+    }
     let topic = format!("bench-{}", std::process::id());
     let admin: AdminClient<DefaultClientContext> =
         ClientConfig::new().set("bootstrap.servers", &args.brokers).create().map_err(|e| e.to_string())?;
@@ -71,10 +87,12 @@ pub async fn run(args: KafkaBenchArgs) -> Result<(), String> {
     drop(lines);
 
     eprintln!("raw consumer");
-    let raw_secs = raw_read(&args.brokers, &topic, args.partitions, args.events)?;
+    let raw_secs = raw_read(&args.brokers, &topic, args.partitions, args.events, &args.properties)?;
 
     eprintln!("sluice");
-    let source = json!({"type": "kafka", "brokers": [args.brokers], "topics": [topic]});
+    let properties: serde_json::Map<String, serde_json::Value> =
+        args.properties.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+    let source = json!({"type": "kafka", "brokers": [args.brokers], "topics": [topic], "properties": properties});
     let destination = args
         .destination
         .as_deref()
@@ -92,6 +110,8 @@ pub async fn run(args: KafkaBenchArgs) -> Result<(), String> {
 
     let mb = bytes as f64 / 1e6;
     println!("events: {} ({mb:.1} MB of values), topic with {} partitions", args.events, args.partitions);
+    let properties: Vec<String> = args.properties.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    println!("consumer properties (both consumers): {}", properties.join(", "));
     println!("| run | events/s | MB/s | seconds |");
     println!("|---|---|---|---|");
     println!(
@@ -115,13 +135,19 @@ pub async fn run(args: KafkaBenchArgs) -> Result<(), String> {
 }
 
 /// Read every message of `topic` from the beginning and discard it; seconds taken.
-fn raw_read(brokers: &str, topic: &str, partitions: i32, expected: usize) -> Result<f64, String> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", format!("{topic}-raw"))
-        .set("enable.auto.commit", "false")
-        .create()
-        .map_err(|e| e.to_string())?;
+fn raw_read(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    expected: usize,
+    properties: &[(String, String)],
+) -> Result<f64, String> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers).set("group.id", format!("{topic}-raw")).set("enable.auto.commit", "false");
+    for (k, v) in properties {
+        config.set(k, v);
+    }
+    let consumer: BaseConsumer = config.create().map_err(|e| e.to_string())?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| e.to_string())?;
