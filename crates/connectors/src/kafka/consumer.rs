@@ -25,8 +25,19 @@ pub(crate) type Offsets = BTreeMap<String, BTreeMap<i32, i64>>;
 
 /// How long a revocation waits for buffered messages to become durable.
 const REVOKE_WAIT: Duration = Duration::from_secs(30);
-/// Messages per chunk handed to the run loop.
+/// Messages per chunk handed to the run loop, at most.
 const CHUNK_RECORDS: usize = 2000;
+/// Payload bytes per chunk, at most (give or take one message): with the source's channel of 64
+/// chunks, what is read ahead of the run loop is bounded by bytes, not by messages, whatever
+/// their size.
+const CHUNK_BYTES: usize = 1 << 20;
+/// How long the first message of a chunk waits for more.
+const CHUNK_WAIT: Duration = Duration::from_millis(20);
+
+/// Whether what is buffered is sent as a chunk now.
+fn chunk_due(records: usize, bytes: usize, first: Option<Instant>) -> bool {
+    records >= CHUNK_RECORDS || bytes >= CHUNK_BYTES || first.is_some_and(|f| f.elapsed() >= CHUNK_WAIT)
+}
 
 /// A chunk, tagged with the rewind epoch it was read in.
 pub(crate) struct Tagged {
@@ -181,8 +192,8 @@ impl Context {
         buffer.records.push(Record { payload: Payload::Bytes(payload), meta });
     }
 
-    fn buffered(&self) -> (usize, Option<Instant>) {
-        self.buffer.lock().map(|b| (b.records.len(), b.first)).unwrap_or((0, None))
+    fn buffered(&self) -> (usize, usize, Option<Instant>) {
+        self.buffer.lock().map(|b| (b.records.len(), b.bytes, b.first)).unwrap_or((0, 0, None))
     }
 
     /// Lag per assigned partition: high watermark minus the durable offset.
@@ -490,9 +501,8 @@ pub(crate) fn run(
             Some(Err(e)) => ctx.report(&e, "while reading", true),
             None => {}
         }
-        let (count, first) = ctx.buffered();
-        let due = count >= CHUNK_RECORDS || first.is_some_and(|f| f.elapsed() >= Duration::from_millis(20));
-        if due && ctx.flush(false).is_none() {
+        let (count, bytes, first) = ctx.buffered();
+        if chunk_due(count, bytes, first) && ctx.flush(false).is_none() {
             break;
         }
         if last_lag.elapsed() >= Duration::from_secs(1) {
@@ -550,5 +560,23 @@ fn rewind(consumer: &BaseConsumer<Context>, ctx: &Context, durable: &Offsets) {
         if let Err(e) = consumer.seek(topic, partition, offset, Duration::from_secs(10)) {
             tracing::error!(topic, partition, error = %e, "Seek on rewind failed.");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_is_cut_by_messages_bytes_or_time() {
+        let now = Some(Instant::now());
+        assert!(!chunk_due(0, 0, None), "nothing buffered");
+        assert!(!chunk_due(1_999, CHUNK_BYTES - 1, now));
+        assert!(chunk_due(2_000, 10, now), "by messages");
+        // Large messages: three of 400 KiB make a chunk, not 2,000 of them (800 MB).
+        assert!(!chunk_due(2, 2 * 400 * 1024, now));
+        assert!(chunk_due(3, 3 * 400 * 1024, now), "by bytes");
+        let old = Instant::now().checked_sub(CHUNK_WAIT);
+        assert!(chunk_due(1, 10, old), "by time");
     }
 }
