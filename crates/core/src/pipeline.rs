@@ -306,13 +306,14 @@ fn decode(
     Ok((unit, arrived, reports))
 }
 
-/// Threads a large batch of raw messages is decoded on: `SLUICE_DECODE_THREADS`, or one per
-/// core, at most 8.
+/// Threads a large batch of raw messages is decoded on, at most: `SLUICE_DECODE_THREADS` (1 to
+/// 64), or one per core up to 8.
 fn decode_threads() -> usize {
     static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *THREADS.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(1, usize::from).min(8);
-        std::env::var("SLUICE_DECODE_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(cores).max(1)
+        let set = std::env::var("SLUICE_DECODE_THREADS").ok().and_then(|v| v.parse::<usize>().ok());
+        set.unwrap_or(cores).clamp(1, 64)
     })
 }
 

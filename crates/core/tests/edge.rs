@@ -145,3 +145,66 @@ fn a_stream_the_edge_cannot_decode_for_gets_bodies_as_they_are() {
         .with_edge(Some(edge.clone()));
     assert!(edge.decode_body(&body, &meta()).is_none(), "mirror mode");
 }
+
+/// Messages (Kafka, Kinesis) on `t`, one per line, with their own keys.
+fn messages(lines: &[&str]) -> Vec<Record> {
+    let meta = |i: usize| RecordMeta { key: Some(format!("k{i}")), offset: Some(i as i64), ..meta() };
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| Record { payload: Payload::Bytes(bytes::Bytes::copy_from_slice(l.as_bytes())), meta: meta(i) })
+        .collect()
+}
+
+/// Decoded on three threads, runs of one message each, against serially.
+fn spread_and_serial(lines: &[&str]) -> (sluice_core::decode::Decoded, sluice_core::decode::Decoded) {
+    let metadata = MetadataConfig { key: true, ..MetadataConfig::default() };
+    let mut schemas = table();
+    let mut columns = schemas["t"].columns().to_vec();
+    columns.push(Column { name: "_key".into(), ty: ColumnType::Varchar });
+    schemas.insert("t".into(), TableSchema::existing(columns));
+    let decoder = Decoder::new("t".into(), metadata, schemas);
+    let (spread, _) = decoder.decode_spread(messages(lines), 5, 3, 1).unwrap();
+    let (serial, _) = decoder.decode(messages(lines), 5).unwrap();
+    (spread, serial)
+}
+
+fn same(a: &sluice_core::decode::Decoded, b: &sluice_core::decode::Decoded) {
+    assert_eq!(format!("{:?}", a.tables), format!("{:?}", b.tables));
+    assert_eq!(a.rejects.iter().collect::<Vec<_>>(), b.rejects.iter().collect::<Vec<_>>());
+    assert_eq!(
+        (a.events, a.rows, a.last_sequence, &a.record_ends),
+        (b.events, b.rows, b.last_sequence, &b.record_ends)
+    );
+}
+
+#[test]
+fn messages_decoded_on_threads_that_fit_the_table_are_joined_in_order() {
+    let (spread, serial) = spread_and_serial(&[
+        r#"{"id": 1, "name": "a"}"#,
+        r#"[{"id": "x"}, {"id": 2}]"#,
+        r#"{"id": 3, "at": "2025-01-01T00:00:00Z"}"#,
+    ]);
+    same(&spread, &serial);
+    assert_eq!(spread.rows, 4);
+    assert!(spread.tables[0].changes.is_empty());
+    // The misfit of the second message keeps its place in the stream's numbering.
+    assert_eq!(spread.rejects.iter().map(|r| r.sequence).collect::<Vec<_>>(), vec![6]);
+    assert_eq!(spread.record_ends, vec![5, 7, 8]);
+}
+
+#[test]
+fn a_message_that_moves_the_table_on_a_thread_is_decoded_again_after_the_ones_before() {
+    // The second message adds a column, the third widens `id`: the first is joined to the rows
+    // decoded again, with the new column NULL and its `id` cast.
+    let (spread, serial) = spread_and_serial(&[r#"{"id": 1}"#, r#"{"id": 2, "added": true}"#, r#"{"id": 2.5}"#]);
+    same(&spread, &serial);
+    assert_eq!(
+        spread.tables[0].changes,
+        vec![
+            SchemaChange::Add(Column { name: "added".into(), ty: ColumnType::Boolean }),
+            SchemaChange::Widen(Column { name: "id".into(), ty: ColumnType::Double })
+        ]
+    );
+    assert_eq!(spread.rows, 3);
+}

@@ -310,6 +310,13 @@ pub struct Pending {
     schemas: Vec<(String, TableSchema)>,
 }
 
+impl Pending {
+    /// Each table's schema as it will be once committed.
+    pub fn schemas(&self) -> impl Iterator<Item = (&str, &TableSchema)> {
+        self.schemas.iter().map(|(table, schema)| (table.as_str(), schema))
+    }
+}
+
 /// Rows for one table within one decode.
 struct TableBuilder {
     schema: TableSchema,

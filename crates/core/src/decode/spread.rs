@@ -47,10 +47,18 @@ impl Decoder {
         );
         let parts: Vec<Option<Decoded>> = std::thread::scope(|scope| {
             let (worker, records) = (&worker, &records);
-            let others: Vec<_> =
-                runs[1..].iter().map(|run| scope.spawn(move || worker.decode_raw(&records[run.clone()]))).collect();
+            // A thread the system refuses leaves its run, and those after it, to the serial decode.
+            let others: Vec<_> = runs[1..]
+                .iter()
+                .map(|run| {
+                    std::thread::Builder::new()
+                        .spawn_scoped(scope, move || worker.decode_raw(&records[run.clone()]))
+                        .ok()
+                })
+                .collect();
             let first = worker.decode_raw(&records[runs[0].clone()]);
-            std::iter::once(first).chain(others.into_iter().map(|h| h.join().ok().flatten())).collect()
+            let others = others.into_iter().map(|h| h.and_then(|h| h.join().ok().flatten()));
+            std::iter::once(first).chain(others).collect()
         });
         let taken: Vec<Decoded> = parts
             .into_iter()

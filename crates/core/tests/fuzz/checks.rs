@@ -81,10 +81,20 @@ pub fn body(data: &[u8]) {
 }
 
 /// The data's lines as messages (Kafka, Kinesis), each with its own key and offset, decoded on
-/// several threads, give what the serial decode gives: a run that moves the table is decoded
-/// again after the runs before it.
+/// several threads, give what the serial decode gives, and move the schemas to the same place:
+/// runs that fit the table are joined, and a run that moves it is decoded again after them.
 fn spread(data: &[u8], schemas: HashMap<String, sluice_core::TableSchema>) {
     let metadata = MetadataConfig { received_at: true, key: true, ..MetadataConfig::default() };
+    // The metadata columns exist already, so runs of events that fit the table are taken.
+    let schemas: HashMap<_, _> = schemas
+        .into_iter()
+        .map(|(table, schema)| {
+            let mut columns = schema.columns().to_vec();
+            columns.push(sluice_core::schema::Column { name: "_received_at".into(), ty: ColumnType::Timestamptz });
+            columns.push(sluice_core::schema::Column { name: "_key".into(), ty: ColumnType::Varchar });
+            (table, sluice_core::TableSchema::existing(columns))
+        })
+        .collect();
     let decoder = Decoder::new("t".into(), metadata, schemas);
     let records = || -> Vec<Record> {
         let lines = data.split(|b| *b == b'\n').filter(|l| !l.is_empty());
@@ -99,10 +109,14 @@ fn spread(data: &[u8], schemas: HashMap<String, sluice_core::TableSchema>) {
             .map(|(i, l)| Record { payload: Payload::Bytes(bytes::Bytes::copy_from_slice(l)), meta: meta(i) })
             .collect()
     };
-    let (serial, _) = decoder.decode(records(), 100).expect("serial decode");
+    let (serial, serial_pending) = decoder.decode(records(), 100).expect("serial decode");
     for threads in [2, 3, 7] {
-        let (spread, _) = decoder.decode_spread(records(), 100, threads, 1).expect("spread decode");
+        let (spread, pending) = decoder.decode_spread(records(), 100, threads, 1).expect("spread decode");
         same_decode(&spread, &serial);
+        let tables = |p: &sluice_core::decode::Pending| {
+            p.schemas().map(|(t, s)| (t.to_string(), s.columns().to_vec(), s.exists())).collect::<Vec<_>>()
+        };
+        assert_eq!(tables(&pending), tables(&serial_pending), "the schemas committed after the decode differ");
     }
 }
 
