@@ -383,3 +383,52 @@ async fn a_write_beside_one_that_failed_is_stopped_and_never_committed() {
     assert_eq!(log.durable, [1]);
     assert_eq!(log.aborts, 1);
 }
+
+/// A source that notes, as each chunk is taken, how many writes had begun by then.
+struct WatchingSource {
+    chunks: VecDeque<Chunk>,
+    begun: Arc<std::sync::atomic::AtomicUsize>,
+    seen: Arc<Mutex<Vec<usize>>>,
+}
+
+#[async_trait]
+impl Source for WatchingSource {
+    async fn next(&mut self) -> Result<Option<Chunk>> {
+        let chunk = self.chunks.pop_front();
+        if chunk.is_some() {
+            self.seen.lock().unwrap().push(self.begun.load(std::sync::atomic::Ordering::SeqCst));
+        }
+        Ok(chunk)
+    }
+    async fn commit(&mut self, _position: &Position) -> Result<()> {
+        Ok(())
+    }
+    async fn abort(&mut self, _error: &Error) {}
+}
+
+/// A sink that counts the writes begun, then waits a moment (a write is I/O).
+struct CountingSink(Arc<std::sync::atomic::AtomicUsize>);
+
+#[async_trait]
+impl Sink for CountingSink {
+    async fn write(&self, _unit: std::sync::Arc<WriteUnit>) -> Result<()> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        Ok(())
+    }
+}
+
+/// A unit's write begins before the loop takes and decodes the next chunk, for every kind of
+/// unit (here plain JSON, not a snapshot's chunk): tokio runs a task spawned from this one only
+/// once this one yields, and the next chunk here is ready at once, so without the loop's yield
+/// the write would wait for the next decode instead of overlapping it.
+#[tokio::test]
+async fn a_units_write_begins_before_the_next_chunk_is_decoded() {
+    let begun = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut source = WatchingSource { chunks: chunks(4), begun: begun.clone(), seen: seen.clone() };
+    let sink = Arc::new(CountingSink(begun.clone()));
+    let mut decoder = Decoder::new("t".into(), MetadataConfig::default(), HashMap::new());
+    run_stream(&mut source, &mut decoder, sink, &one_per_batch()).await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![0, 1, 2, 3], "chunk n+1 is taken once write n has begun");
+}
