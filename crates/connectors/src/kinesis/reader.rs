@@ -27,6 +27,46 @@ pub(crate) struct ShardBatch {
     pub arrived: Instant,
 }
 
+/// Payload bytes per batch handed on, at most (give or take one Kinesis record): a GetRecords
+/// answer of up to 10 MB goes on in parts, so what waits in the stream's channel is bounded by
+/// bytes, not by answers.
+const PART_BYTES: usize = 1 << 20;
+
+/// `batch` in parts of about `max_bytes` of payload, cut only between Kinesis records (the user
+/// records of one aggregated record share its sequence number, which is the position): each
+/// part ends at its last record's sequence, and only the last part carries the batch's state.
+fn split(batch: ShardBatch, max_bytes: usize) -> Vec<ShardBatch> {
+    let ShardBatch { shard, records, bytes, last_seq, state, arrived } = batch;
+    if bytes <= max_bytes {
+        return vec![ShardBatch { shard, records, bytes, last_seq, state, arrived }];
+    }
+    let mut parts = Vec::new();
+    let mut part: Vec<Record> = Vec::new();
+    let mut part_bytes = 0;
+    let mut records = records.into_iter().peekable();
+    while let Some(record) = records.next() {
+        part_bytes += match &record.payload {
+            Payload::Bytes(b) => b.len(),
+            _ => 0,
+        };
+        let seq = record.meta.sequence.clone();
+        part.push(record);
+        let boundary = records.peek().is_none_or(|next| next.meta.sequence != seq);
+        if part_bytes >= max_bytes && boundary && records.peek().is_some() {
+            parts.push(ShardBatch {
+                shard: shard.clone(),
+                records: std::mem::take(&mut part),
+                bytes: std::mem::take(&mut part_bytes),
+                last_seq: seq,
+                state: ShardState::Reading,
+                arrived,
+            });
+        }
+    }
+    parts.push(ShardBatch { shard, records: part, bytes: part_bytes, last_seq, state, arrived });
+    parts
+}
+
 /// Counters and lag shared by a stream's readers.
 #[derive(Default)]
 pub(crate) struct Health {
@@ -118,8 +158,12 @@ impl Reader {
                         }
                         self.health.set_lag(&self.metrics, &self.shard, out.millis_behind_latest);
                         let had_records = !batch.records.is_empty();
-                        if had_records && self.tx.send(batch).await.is_err() {
-                            return;
+                        if had_records {
+                            for part in split(batch, PART_BYTES) {
+                                if self.tx.send(part).await.is_err() {
+                                    return;
+                                }
+                            }
                         }
                         let Some(next) = next else { return self.finish().await };
                         iterator = next;
@@ -242,5 +286,45 @@ impl Reader {
             state: ShardState::Reading,
             arrived: Instant::now(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(seq: u32, len: usize) -> Record {
+        let meta = RecordMeta { sequence: Some(format!("{seq:04}")), ..RecordMeta::default() };
+        Record { payload: Payload::Bytes(Bytes::from(vec![b'x'; len])), meta }
+    }
+
+    #[test]
+    fn a_large_answer_goes_on_in_parts_cut_between_kinesis_records() {
+        // Records 2 and 3 share a sequence (user records of one aggregated record).
+        let records = vec![record(1, 600), record(2, 300), record(2, 300), record(3, 600), record(4, 100)];
+        let batch = ShardBatch {
+            shard: "s".into(),
+            bytes: 1_900,
+            records,
+            last_seq: Some("0004".into()),
+            state: ShardState::Ended,
+            arrived: Instant::now(),
+        };
+        let parts = split(batch, 1_000);
+        let shape: Vec<_> = parts
+            .iter()
+            .map(|p| (p.records.len(), p.bytes, p.last_seq.clone().unwrap(), matches!(p.state, ShardState::Reading)))
+            .collect();
+        // Not after 1,200 bytes inside record 2, but at its end.
+        assert_eq!(shape, vec![(3, 1_200, "0002".to_string(), true), (2, 700, "0004".to_string(), false)]);
+        let small = ShardBatch {
+            shard: "s".into(),
+            bytes: 600,
+            records: vec![record(9, 600)],
+            last_seq: Some("0009".into()),
+            state: ShardState::Reading,
+            arrived: Instant::now(),
+        };
+        assert_eq!(split(small, 1_000).len(), 1);
     }
 }
