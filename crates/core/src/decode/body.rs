@@ -39,13 +39,7 @@ impl Decoder {
             check_body(body)?;
         }
         let finished = builder.finish(&table).map(|(write, schema, empty)| {
-            for reject in empty {
-                out.rejects.push(reject);
-            }
-            if let Some(write) = write {
-                out.rows += write.data.num_rows() as u64;
-                out.tables.push(write);
-            }
+            out.add(write, empty);
             (out, Pending { schemas: vec![(table.clone(), schema)] })
         });
         Ok((finished, summary))

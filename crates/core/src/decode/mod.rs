@@ -78,6 +78,19 @@ pub struct Decoded {
     pub filtered: u64,
 }
 
+impl Decoded {
+    /// A table's finished rows, and the ledger rows its builder left (events with no columns).
+    fn add(&mut self, write: Option<TableWrite>, empty: Vec<Reject>) {
+        for reject in empty {
+            self.rejects.push(reject);
+        }
+        if let Some(write) = write {
+            self.rows += write.data.num_rows() as u64;
+            self.tables.push(write);
+        }
+    }
+}
+
 /// Turns records into batches, holding each destination table's schema between calls.
 #[derive(Debug)]
 pub struct Decoder {
@@ -259,18 +272,12 @@ impl Decoder {
         for table in order {
             let Some(builder) = builders.remove(&table) else { continue };
             let (write, schema, empty) = builder.finish_transformed(&table, &mut out)?;
-            for reject in empty {
-                out.rejects.push(reject);
-            }
             let write = match early.remove(&table) {
                 Some(batches) => Some(edge::joined(&table, batches, write, &schema)?),
                 None => write,
             };
             pending.schemas.push((table, schema));
-            if let Some(write) = write {
-                out.rows += write.data.num_rows() as u64;
-                out.tables.push(write);
-            }
+            out.add(write, empty);
         }
         Ok((out, pending))
     }

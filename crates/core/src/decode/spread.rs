@@ -118,13 +118,7 @@ impl Decoder {
             out.record_ends.push(out.last_sequence);
         }
         let (write, _, empty) = builder.finish(table).ok()?;
-        for reject in empty {
-            out.rejects.push(reject);
-        }
-        if let Some(write) = write {
-            out.rows += write.data.num_rows() as u64;
-            out.tables.push(write);
-        }
+        out.add(write, empty);
         Some(out)
     }
 
