@@ -36,6 +36,15 @@ impl Rejects {
         self.source.append_option(r.source.map(|s| s.to_string()));
     }
 
+    /// Add `other`'s rows, their sequences moved on by `by` (rows numbered within a part of a
+    /// unit, joined to the unit).
+    pub fn extend_shifted(&mut self, other: &Rejects, by: i64) {
+        for mut r in other.iter() {
+            r.sequence += by;
+            self.push(r);
+        }
+    }
+
     /// Rows held.
     pub fn len(&self) -> usize {
         self.expected.len()

@@ -119,10 +119,7 @@ impl Predecoded {
 
     /// Add this body's ledger rows to `rejects`, its sequences following `before`.
     pub(super) fn rejects_into(&self, rejects: &mut Rejects, before: i64) {
-        for mut r in self.rejects.iter() {
-            r.sequence += before;
-            rejects.push(r);
-        }
+        rejects.extend_shifted(&self.rejects, before);
     }
 }
 

@@ -136,10 +136,7 @@ impl Decoder {
         let mut early = Vec::with_capacity(taken.len());
         for part in taken {
             let before = out.last_sequence;
-            for mut reject in part.rejects.iter() {
-                reject.sequence += before;
-                out.rejects.push(reject);
-            }
+            out.rejects.extend_shifted(&part.rejects, before);
             out.record_ends.extend(part.record_ends.iter().map(|end| end + before));
             out.events += part.events;
             out.filtered += part.filtered;
@@ -150,9 +147,7 @@ impl Decoder {
             (None, Pending { schemas: vec![(table.clone(), current.clone())] })
         } else {
             let (later, pending) = self.decode(rest, out.last_sequence + 1)?;
-            for reject in later.rejects.iter() {
-                out.rejects.push(reject);
-            }
+            out.rejects.extend_shifted(&later.rejects, 0);
             out.record_ends.extend(later.record_ends);
             out.events += later.events;
             out.filtered += later.filtered;
