@@ -36,10 +36,10 @@ const PART_BYTES: usize = 1 << 20;
 /// records of one aggregated record share its sequence number, which is the position): each
 /// part ends at its last record's sequence, and only the last part carries the batch's state.
 fn split(batch: ShardBatch, max_bytes: usize) -> Vec<ShardBatch> {
-    let ShardBatch { shard, records, bytes, last_seq, state, arrived } = batch;
-    if bytes <= max_bytes {
-        return vec![ShardBatch { shard, records, bytes, last_seq, state, arrived }];
+    if batch.bytes <= max_bytes {
+        return vec![batch];
     }
+    let ShardBatch { shard, records, last_seq, state, arrived, .. } = batch;
     let mut parts = Vec::new();
     let mut part: Vec<Record> = Vec::new();
     let mut part_bytes = 0;
@@ -51,8 +51,9 @@ fn split(batch: ShardBatch, max_bytes: usize) -> Vec<ShardBatch> {
         };
         let seq = record.meta.sequence.clone();
         part.push(record);
-        let boundary = records.peek().is_none_or(|next| next.meta.sequence != seq);
-        if part_bytes >= max_bytes && boundary && records.peek().is_some() {
+        // A cut needs another Kinesis record after this one.
+        let boundary = records.peek().is_some_and(|next| next.meta.sequence != seq);
+        if part_bytes >= max_bytes && boundary {
             parts.push(ShardBatch {
                 shard: shard.clone(),
                 records: std::mem::take(&mut part),
