@@ -16,8 +16,11 @@ use sluice_core::{ChangeOp, Error, ErrorKind, MirrorWrite, Result, TableWrite};
 
 use super::db::{db_error, quote};
 
-const STAGE: &str = "__sluice_stage";
-const LAST: &str = "__sluice_last";
+/// A unit's changes are staged in the connection's temporary catalog: in memory, and never
+/// written to the WAL (the rows they become are). Created by their bare names, which `TEMP`
+/// places there.
+const STAGE: &str = "temp.main.__sluice_stage";
+const LAST: &str = "temp.main.__sluice_last";
 /// The columns a history row adds to the row image.
 pub(crate) const HISTORY_COLUMNS: [(&str, &str); 4] =
     [("_op", "VARCHAR"), ("_change_time", "TIMESTAMPTZ"), ("_source_position", "JSON"), ("_sequence", "BIGINT")];
@@ -45,7 +48,12 @@ fn truncated_table(table: &str) -> String {
 /// source position is at or below the highest position already applied to the table (any key,
 /// or an earlier truncate): changes arrive in source order, so that truncate was applied
 /// before, and clearing again would remove rows written after it.
-pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite) -> Result<Vec<i64>> {
+pub(crate) fn apply(
+    conn: &Connection,
+    write: &TableWrite,
+    mirror: &MirrorWrite,
+    known: &mut KnownPositions,
+) -> Result<Vec<i64>> {
     let table = quote(&write.table);
     let rows = write.data.num_rows();
     if [
@@ -62,19 +70,21 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
     {
         return Err(Error::new(ErrorKind::Fatal, "mirror write: change columns do not match the rows"));
     }
-    let staged = with_changes(&write.data, mirror)?;
+    // Debezium's unavailable-value placeholders are rare: without them the stage has no `__keep`.
+    let keep = mirror.unavailable.iter().any(|u| !u.is_empty());
+    let staged = with_changes(&write.data, mirror, keep)?;
     let names: Vec<String> = write.data.schema().fields().iter().map(|f| f.name().clone()).collect();
     let quoted: Vec<String> = names.iter().map(|n| quote(n)).collect();
     let cols = quoted.join(", ");
     conn.execute_batch(&format!(
-        "CREATE OR REPLACE TABLE sluice.{STAGE} AS SELECT {cols}, NULL::VARCHAR AS __op, NULL::BIGINT AS __ord, \
-         NULL::BOOLEAN AS __rec, NULL::TIMESTAMPTZ AS __ts, NULL::VARCHAR AS __src, NULL::VARCHAR AS __so, \
-         NULL::VARCHAR[] AS __keep FROM main.{table} LIMIT 0"
+        "CREATE OR REPLACE TEMP TABLE __sluice_stage AS SELECT {cols}, NULL::VARCHAR AS __op, NULL::BIGINT AS __ord, \
+         NULL::BOOLEAN AS __rec, NULL::TIMESTAMPTZ AS __ts, NULL::VARCHAR AS __src, NULL::VARCHAR AS __so{} \
+         FROM main.{table} LIMIT 0",
+        if keep { ", NULL::VARCHAR[] AS __keep" } else { "" }
     ))
     .map_err(db_error)?;
-    let mut stage_names: Vec<&str> = names.iter().map(String::as_str).collect();
-    stage_names.extend(["__op", "__ord", "__rec", "__ts", "__src", "__so", "__keep"]);
-    let mut appender = conn.appender_with_columns_to_db(STAGE, super::SCHEMA, &stage_names).map_err(db_error)?;
+    // The staged batch has every column of the stage in its order: the plain appender takes it.
+    let mut appender = conn.appender_to_catalog_and_db("__sluice_stage", "temp", "main").map_err(db_error)?;
     appender.append_record_batch(staged).map_err(db_error)?;
     appender.flush().map_err(db_error)?;
     drop(appender);
@@ -88,58 +98,70 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
     let ordered = mirror.source_orders.iter().any(Option::is_some);
     let positions = quote(&positions_table(&write.table));
     let truncated = quote(&truncated_table(&write.table));
+    // Whether the unit holds a truncate: most hold none, and skip the statements for them.
+    let truncates = mirror.ops.contains(&ChangeOp::Truncate);
     if ordered {
         // Idempotent by source position: drop truncates at or below the table's highest
         // position, changes at or below the position already applied to their key, and repeats
         // within the batch; then remember the new positions.
-        let mut high = Vec::new();
-        if exists(conn, &positions_table(&write.table))? {
-            high.push(format!("SELECT max(_source_order) FROM sluice.{positions}"));
-        }
-        if exists(conn, &truncated_table(&write.table))? {
-            high.push(format!("SELECT max(_source_order) FROM sluice.{truncated}"));
-        }
-        if !high.is_empty() {
+        let checked = known.0.contains(&(write.table.clone(), mirror.keys.clone()));
+        let have_positions = checked || exists(conn, &positions_table(&write.table))?;
+        if truncates {
+            let mut high = Vec::new();
+            if have_positions {
+                high.push(format!("SELECT max(_source_order) FROM sluice.{positions}"));
+            }
+            if exists(conn, &truncated_table(&write.table))? {
+                high.push(format!("SELECT max(_source_order) FROM sluice.{truncated}"));
+            }
+            if !high.is_empty() {
+                sql.push_str(&format!(
+                    "DELETE FROM {STAGE} WHERE __op = '{truncate}' AND __so IS NOT NULL \
+                     AND __so <= (SELECT max(h) FROM ({}) AS m(h));",
+                    high.join(" UNION ALL ")
+                ));
+            }
             sql.push_str(&format!(
-                "DELETE FROM sluice.{STAGE} WHERE __op = '{truncate}' AND __so IS NOT NULL \
-                 AND __so <= (SELECT max(h) FROM ({}) AS m(h));",
-                high.join(" UNION ALL ")
+                "CREATE TABLE IF NOT EXISTS sluice.{truncated} (_source_order VARCHAR);
+                 INSERT INTO sluice.{truncated} SELECT max(__so) FROM {STAGE} \
+                 WHERE __op = '{truncate}' HAVING max(__so) IS NOT NULL;"
             ));
         }
-        sql.push_str(&format!(
-            "CREATE TABLE IF NOT EXISTS sluice.{truncated} (_source_order VARCHAR);
-             INSERT INTO sluice.{truncated} SELECT max(__so) FROM sluice.{STAGE} \
-             WHERE __op = '{truncate}' HAVING max(__so) IS NOT NULL;"
-        ));
         if !keys.is_empty() {
             let key_cols = keys.join(", ");
             let on_stage: Vec<String> = keys.iter().map(|k| format!("p.{k} IS NOT DISTINCT FROM s.{k}")).collect();
             let on_stage = on_stage.join(" AND ");
-            conn.execute_batch(&format!(
-                "CREATE TABLE IF NOT EXISTS sluice.{positions} AS SELECT {key_cols}, NULL::VARCHAR AS _source_order \
-                 FROM main.{table} LIMIT 0;"
-            ))
-            .map_err(db_error)?;
+            if !have_positions {
+                conn.execute_batch(&format!(
+                    "CREATE TABLE sluice.{positions} AS SELECT {key_cols}, NULL::VARCHAR AS _source_order \
+                     FROM main.{table} LIMIT 0;"
+                ))
+                .map_err(db_error)?;
+            }
             // A keyless table's key is its whole row, which grows with ADD COLUMN.
-            add_key_columns(conn, &write.table, &mirror.keys)?;
+            if !checked {
+                add_key_columns(conn, &write.table, &mirror.keys)?;
+                known.0.insert((write.table.clone(), mirror.keys.clone()));
+            }
             // Identical snapshot rows of a keyless table share the snapshot's one position:
             // they are counted, never taken for repeats of each other.
             let counted =
                 if mirror.whole_row { format!(" AND __op <> '{}'", ChangeOp::Snapshot.name()) } else { String::new() };
             sql.push_str(&format!(
-                "DELETE FROM sluice.{STAGE} s USING sluice.{positions} p \
+                "DELETE FROM {STAGE} s USING sluice.{positions} p \
                  WHERE {on_stage} AND s.__so IS NOT NULL AND p._source_order >= s.__so AND s.__op <> '{truncate}'{counted};
-                 DELETE FROM sluice.{STAGE} WHERE __so IS NOT NULL AND rowid NOT IN \
-                 (SELECT min(rowid) FROM sluice.{STAGE} GROUP BY {partition}, __so, __rec){counted};
-                 DELETE FROM sluice.{positions} p USING sluice.{STAGE} s \
+                 DELETE FROM {STAGE} WHERE __so IS NOT NULL AND rowid NOT IN \
+                 (SELECT min(rowid) FROM {STAGE} GROUP BY {partition}, __so, __rec){counted};
+                 DELETE FROM sluice.{positions} p USING {STAGE} s \
                  WHERE {on_stage} AND s.__so IS NOT NULL AND s.__op <> '{truncate}';
-                 INSERT INTO sluice.{positions} ({key_cols}, _source_order) SELECT {key_cols}, max(__so) FROM sluice.{STAGE} \
+                 INSERT INTO sluice.{positions} ({key_cols}, _source_order) SELECT {key_cols}, max(__so) FROM {STAGE} \
                  WHERE __so IS NOT NULL AND __op <> '{truncate}' GROUP BY {key_cols};"
             ));
         }
         conn.execute_batch(&std::mem::take(&mut sql)).map_err(db_error)?;
     }
-    let kept = sequences(conn, &format!("SELECT DISTINCT __ord FROM sluice.{STAGE}"))?;
+    let kept: std::collections::HashSet<i64> =
+        sequences(conn, &format!("SELECT DISTINCT __ord FROM {STAGE}"))?.into_iter().collect();
     let skipped: Vec<i64> = {
         let mut all = mirror.orders.clone();
         all.sort_unstable();
@@ -147,8 +169,10 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
         all.into_iter().filter(|o| !kept.contains(o)).collect()
     };
     // The unit's last truncate: the table is emptied there, and only later changes reach it.
-    let last_truncate =
-        sequences(conn, &format!("SELECT max(__ord) FROM sluice.{STAGE} WHERE __op = '{truncate}'"))?.pop();
+    let last_truncate = match truncates {
+        true => sequences(conn, &format!("SELECT max(__ord) FROM {STAGE} WHERE __op = '{truncate}'"))?.pop(),
+        false => None,
+    };
     if !keys.is_empty() {
         fill_unavailable(conn, write, mirror, last_truncate)?;
     }
@@ -160,12 +184,12 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
     } else if !keys.is_empty() {
         let after = last_truncate.unwrap_or(i64::MIN);
         sql.push_str(&format!(
-            "CREATE OR REPLACE TABLE sluice.{LAST} AS SELECT * FROM sluice.{STAGE} \
-             WHERE __op <> '{truncate}' AND __ord > {after} \
-             QUALIFY row_number() OVER (PARTITION BY {partition} ORDER BY coalesce(__so, '') DESC, __ord DESC, __rec DESC) = 1;
-             DELETE FROM main.{table} t USING sluice.{LAST} l WHERE {};
-             INSERT INTO main.{table} ({cols}) SELECT {cols} FROM sluice.{LAST} WHERE __op <> '{delete}';
-             DROP TABLE sluice.{LAST};",
+            "CREATE OR REPLACE TEMP TABLE __sluice_last AS SELECT * FROM {STAGE} WHERE rowid IN \
+             (SELECT arg_max(rowid, (coalesce(__so, ''), __ord, __rec)) FROM {STAGE} \
+             WHERE __op <> '{truncate}' AND __ord > {after} GROUP BY {partition});
+             DELETE FROM main.{table} t USING {LAST} l WHERE {};
+             INSERT INTO main.{table} ({cols}) SELECT {cols} FROM {LAST} WHERE __op <> '{delete}';
+             DROP TABLE {LAST};",
             matches.join(" AND ")
         ));
     }
@@ -173,10 +197,10 @@ pub(crate) fn apply(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite)
         let history = quote(&history_table(&write.table));
         sql.push_str(&format!(
             "INSERT INTO main.{history} ({cols}, _op, _change_time, _source_position, _sequence) \
-             SELECT {cols}, __op, __ts, __src, __ord FROM sluice.{STAGE} WHERE __rec ORDER BY __ord;"
+             SELECT {cols}, __op, __ts, __src, __ord FROM {STAGE} WHERE __rec ORDER BY __ord;"
         ));
     }
-    sql.push_str(&format!("DROP TABLE sluice.{STAGE};"));
+    sql.push_str(&format!("DROP TABLE {STAGE};"));
     conn.execute_batch(&sql).map_err(db_error)?;
     Ok(skipped)
 }
@@ -201,24 +225,29 @@ fn counted(table: &str, names: &[String], keys: &[String], after: i64) -> String
     // With the count before (c0), the running sums s_k of the changes and their total S, the
     // count after is S - least(-c0, min s_k): the sum, less what the floor at zero absorbed.
     format!(
-        "CREATE OR REPLACE TABLE sluice.{LAST} AS \
+        "CREATE OR REPLACE TEMP TABLE __sluice_last AS \
          WITH d AS (SELECT {cols}, __ord, sum(CASE WHEN __op = '{delete}' THEN -1 ELSE 1 END) OVER \
              (PARTITION BY {key_cols} ORDER BY coalesce(__so, ''), __ord, rowid ROWS UNBOUNDED PRECEDING) AS __s, \
              CASE WHEN __op = '{delete}' THEN -1 ELSE 1 END AS __d \
-             FROM sluice.{STAGE} WHERE __op <> '{truncate}' AND __ord > {after}), \
+             FROM {STAGE} WHERE __op <> '{truncate}' AND __ord > {after}), \
          g AS (SELECT {key_cols}, {others}sum(__d) AS __total, min(__s) AS __low FROM d GROUP BY {key_cols}), \
          c AS (SELECT g.*, (SELECT count(*) FROM main.{table} t WHERE {on_table}) AS __before FROM g) \
          SELECT * EXCLUDE (__total, __low), (__total - least(-__before, __low))::BIGINT AS __after FROM c \
          WHERE __total - least(-__before, __low) <> __before;
          DELETE FROM main.{table} WHERE rowid IN (SELECT __row FROM (SELECT t.rowid AS __row, \
              row_number() OVER (PARTITION BY r.__n ORDER BY t.rowid) AS __i, r.__before - r.__after AS __drop \
-             FROM main.{table} t JOIN (SELECT *, row_number() OVER () AS __n FROM sluice.{LAST} \
+             FROM main.{table} t JOIN (SELECT *, row_number() OVER () AS __n FROM {LAST} \
              WHERE __after < __before) r ON {on_removed}) WHERE __i <= __drop);
          INSERT INTO main.{table} ({cols}) SELECT {cols} FROM (SELECT *, unnest(range(__after - __before)) \
-             FROM sluice.{LAST} WHERE __after > __before);
-         DROP TABLE sluice.{LAST};"
+             FROM {LAST} WHERE __after > __before);
+         DROP TABLE {LAST};"
     )
 }
+
+/// The tables whose positions table this writer has seen with a set of key columns, in a
+/// transaction that committed: their check is not repeated. Forgotten when a write rolls back.
+#[derive(Debug, Default)]
+pub(crate) struct KnownPositions(std::collections::HashSet<(String, Vec<String>)>);
 
 /// Give the positions table of `table` every key column it lacks, typed as in the table.
 fn add_key_columns(conn: &Connection, table: &str, keys: &[String]) -> Result<()> {
@@ -306,8 +335,8 @@ fn fill_unavailable(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite,
         drop.push(format!("__g{i}, __t{i}"));
     }
     conn.execute_batch(&format!(
-        "CREATE OR REPLACE TABLE sluice.{STAGE} AS \
-         WITH g AS (SELECT s.*, s.rowid AS __rid, {} FROM sluice.{STAGE} s) \
+        "CREATE OR REPLACE TEMP TABLE __sluice_stage AS \
+         WITH g AS (SELECT s.*, s.rowid AS __rid, {} FROM {STAGE} s) \
          SELECT * EXCLUDE (__rid, {}) REPLACE ({}) FROM g ORDER BY __rid",
         helpers.join(", "),
         drop.join(", "),
@@ -317,7 +346,7 @@ fn fill_unavailable(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite,
 }
 
 /// The write's batch plus the change columns the staging table has.
-fn with_changes(data: &RecordBatch, m: &MirrorWrite) -> Result<RecordBatch> {
+fn with_changes(data: &RecordBatch, m: &MirrorWrite, keep: bool) -> Result<RecordBatch> {
     let mut fields: Vec<Field> = data.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
     let mut arrays: Vec<ArrayRef> = data.columns().to_vec();
     fields.push(Field::new("__op", DataType::Utf8, false));
@@ -332,16 +361,18 @@ fn with_changes(data: &RecordBatch, m: &MirrorWrite) -> Result<RecordBatch> {
     arrays.push(Arc::new(StringArray::from(m.sources.clone())));
     fields.push(Field::new("__so", DataType::Utf8, true));
     arrays.push(Arc::new(StringArray::from(m.source_orders.clone())));
-    let mut keep = ListBuilder::new(StringBuilder::new());
-    for names in &m.unavailable {
-        for n in names {
-            keep.values().append_value(n);
+    if keep {
+        let mut keep = ListBuilder::new(StringBuilder::new());
+        for names in &m.unavailable {
+            for n in names {
+                keep.values().append_value(n);
+            }
+            keep.append(true);
         }
-        keep.append(true);
+        let keep = keep.finish();
+        fields.push(Field::new("__keep", keep.data_type().clone(), true));
+        arrays.push(Arc::new(keep));
     }
-    let keep = keep.finish();
-    fields.push(Field::new("__keep", keep.data_type().clone(), true));
-    arrays.push(Arc::new(keep));
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
         .map_err(|e| Error::new(ErrorKind::Fatal, "could not stage a mirror write").with_source(e))
 }

@@ -91,11 +91,12 @@ fn history_ddl(conn: &Connection, table: &str, change: &SchemaChange) -> Result<
 /// rebuilds its chunk per column added: 1 s per push to a 1,000-column table); a batch that has
 /// every column in table order takes the plain appender instead.
 #[derive(Default)]
-struct Layouts(std::collections::HashMap<String, Vec<String>>);
+struct Layouts(std::collections::HashMap<String, Vec<String>>, super::mirror::KnownPositions);
 
 impl Layouts {
     fn clear(&mut self) {
         self.0.clear();
+        self.1 = Default::default();
     }
 
     fn is_whole_table(&mut self, conn: &Connection, table: &str, names: &[&str]) -> Result<bool> {
@@ -181,7 +182,7 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layou
                 // A stream that turns history on for an existing table.
                 history_ddl(conn, &write.table, &SchemaChange::Create(Vec::new()))?;
             }
-            let skipped = super::mirror::apply(conn, write, mirror)?;
+            let skipped = super::mirror::apply(conn, write, mirror, &mut layouts.1)?;
             if !skipped.is_empty() {
                 replayed.push((&write.table, skipped));
             }
