@@ -72,15 +72,18 @@ pub(crate) fn apply(
     }
     // Debezium's unavailable-value placeholders are rare: without them the stage has no `__keep`.
     let keep = mirror.unavailable.iter().any(|u| !u.is_empty());
-    let staged = with_changes(&write.data, mirror, keep)?;
+    let last = super::mirror_last::last_per_key(&write.data, mirror);
+    let in_memory = last.is_some();
+    let staged = with_changes(&write.data, mirror, keep, last)?;
     let names: Vec<String> = write.data.schema().fields().iter().map(|f| f.name().clone()).collect();
     let quoted: Vec<String> = names.iter().map(|n| quote(n)).collect();
     let cols = quoted.join(", ");
     conn.execute_batch(&format!(
         "CREATE OR REPLACE TEMP TABLE __sluice_stage AS SELECT {cols}, NULL::VARCHAR AS __op, NULL::BIGINT AS __ord, \
-         NULL::BOOLEAN AS __rec, NULL::TIMESTAMPTZ AS __ts, NULL::VARCHAR AS __src, NULL::VARCHAR AS __so{} \
+         NULL::BOOLEAN AS __rec, NULL::TIMESTAMPTZ AS __ts, NULL::VARCHAR AS __src, NULL::VARCHAR AS __so{}{} \
          FROM main.{table} LIMIT 0",
-        if keep { ", NULL::VARCHAR[] AS __keep" } else { "" }
+        if keep { ", NULL::VARCHAR[] AS __keep" } else { "" },
+        if in_memory { ", NULL::BOOLEAN AS __last" } else { "" }
     ))
     .map_err(db_error)?;
     // The staged batch has every column of the stage in its order: the plain appender takes it.
@@ -100,11 +103,15 @@ pub(crate) fn apply(
     let truncated = quote(&truncated_table(&write.table));
     // Whether the unit holds a truncate: most hold none, and skip the statements for them.
     let truncates = mirror.ops.contains(&ChangeOp::Truncate);
+    // Whether a statement may drop staged changes (replays, repeats): only then are the
+    // skipped ones looked for.
+    let mut dropping = false;
     if ordered {
         // Idempotent by source position: drop truncates at or below the table's highest
         // position, changes at or below the position already applied to their key, and repeats
         // within the batch; then remember the new positions.
-        let checked = known.0.contains(&(write.table.clone(), mirror.keys.clone()));
+        let memo = (write.table.clone(), mirror.keys.clone());
+        let checked = known.0.contains_key(&memo);
         let have_positions = checked || exists(conn, &positions_table(&write.table))?;
         if truncates {
             let mut high = Vec::new();
@@ -115,6 +122,7 @@ pub(crate) fn apply(
                 high.push(format!("SELECT max(_source_order) FROM sluice.{truncated}"));
             }
             if !high.is_empty() {
+                dropping = true;
                 sql.push_str(&format!(
                     "DELETE FROM {STAGE} WHERE __op = '{truncate}' AND __so IS NOT NULL \
                      AND __so <= (SELECT max(h) FROM ({}) AS m(h));",
@@ -141,18 +149,40 @@ pub(crate) fn apply(
             // A keyless table's key is its whole row, which grows with ADD COLUMN.
             if !checked {
                 add_key_columns(conn, &write.table, &mirror.keys)?;
-                known.0.insert((write.table.clone(), mirror.keys.clone()));
+                let high = conn
+                    .query_row(&format!("SELECT max(_source_order) FROM sluice.{positions}"), [], |r| r.get(0))
+                    .map_err(db_error)?;
+                known.0.insert(memo.clone(), high);
             }
             // Identical snapshot rows of a keyless table share the snapshot's one position:
             // they are counted, never taken for repeats of each other.
             let counted =
                 if mirror.whole_row { format!(" AND __op <> '{}'", ChangeOp::Snapshot.name()) } else { String::new() };
+            let (low, top, repeats) = span(mirror);
+            let high = known.0.get_mut(&memo).expect("remembered above");
+            // A change can be a replay only if its position is at or below the highest one
+            // applied to the table: past that, no key's stored position can cover it.
+            if low.is_some_and(|low| high.as_deref().is_some_and(|h| low <= h)) {
+                dropping = true;
+                sql.push_str(&format!(
+                    "DELETE FROM {STAGE} s USING sluice.{positions} p \
+                     WHERE {on_stage} AND s.__so IS NOT NULL AND p._source_order >= s.__so AND s.__op <> '{truncate}'{counted};"
+                ));
+            }
+            if repeats {
+                dropping = true;
+                sql.push_str(&format!(
+                    "DELETE FROM {STAGE} WHERE __so IS NOT NULL AND rowid NOT IN \
+                     (SELECT min(rowid) FROM {STAGE} GROUP BY {partition}, __so, __rec){counted};"
+                ));
+            }
+            // A change dropped as a replay was at or below its key's position, so the table's
+            // highest position after the write is the higher of this and the unit's highest.
+            if let Some(top) = top.filter(|t| high.as_deref().is_none_or(|h| *t > h)) {
+                *high = Some(top.to_string());
+            }
             sql.push_str(&format!(
-                "DELETE FROM {STAGE} s USING sluice.{positions} p \
-                 WHERE {on_stage} AND s.__so IS NOT NULL AND p._source_order >= s.__so AND s.__op <> '{truncate}'{counted};
-                 DELETE FROM {STAGE} WHERE __so IS NOT NULL AND rowid NOT IN \
-                 (SELECT min(rowid) FROM {STAGE} GROUP BY {partition}, __so, __rec){counted};
-                 DELETE FROM sluice.{positions} p USING {STAGE} s \
+                "DELETE FROM sluice.{positions} p USING {STAGE} s \
                  WHERE {on_stage} AND s.__so IS NOT NULL AND s.__op <> '{truncate}';
                  INSERT INTO sluice.{positions} ({key_cols}, _source_order) SELECT {key_cols}, max(__so) FROM {STAGE} \
                  WHERE __so IS NOT NULL AND __op <> '{truncate}' GROUP BY {key_cols};"
@@ -160,9 +190,11 @@ pub(crate) fn apply(
         }
         conn.execute_batch(&std::mem::take(&mut sql)).map_err(db_error)?;
     }
-    let kept: std::collections::HashSet<i64> =
-        sequences(conn, &format!("SELECT DISTINCT __ord FROM {STAGE}"))?.into_iter().collect();
-    let skipped: Vec<i64> = {
+    let skipped: Vec<i64> = if !dropping {
+        Vec::new()
+    } else {
+        let kept: std::collections::HashSet<i64> =
+            sequences(conn, &format!("SELECT DISTINCT __ord FROM {STAGE}"))?.into_iter().collect();
         let mut all = mirror.orders.clone();
         all.sort_unstable();
         all.dedup();
@@ -181,6 +213,13 @@ pub(crate) fn apply(
     }
     if !keys.is_empty() && mirror.whole_row {
         sql.push_str(&counted(&table, &quoted, &keys, last_truncate.unwrap_or(i64::MIN)));
+    } else if in_memory && !dropping {
+        // Every staged change reaches the table, so the last per key found in memory stands.
+        sql.push_str(&format!(
+            "DELETE FROM main.{table} t USING {STAGE} l WHERE l.__last AND {};
+             INSERT INTO main.{table} ({cols}) SELECT {cols} FROM {STAGE} WHERE __last AND __op <> '{delete}';",
+            matches.join(" AND ")
+        ));
     } else if !keys.is_empty() {
         let after = last_truncate.unwrap_or(i64::MIN);
         sql.push_str(&format!(
@@ -244,10 +283,32 @@ fn counted(table: &str, names: &[String], keys: &[String], after: i64) -> String
     )
 }
 
-/// The tables whose positions table this writer has seen with a set of key columns, in a
-/// transaction that committed: their check is not repeated. Forgotten when a write rolls back.
+/// The tables whose positions table this writer has seen with a set of key columns, and the
+/// highest position applied to each: the check of the columns is not repeated, and a unit whose
+/// changes all lie above that position is no replay. Forgotten when a write rolls back.
 #[derive(Debug, Default)]
-pub(crate) struct KnownPositions(std::collections::HashSet<(String, Vec<String>)>);
+pub(crate) struct KnownPositions(std::collections::HashMap<(String, Vec<String>), Option<String>>);
+
+/// The lowest and highest source positions of the unit's row changes (truncates aside), and
+/// whether two of them share a position and recording, which a repeated change would.
+fn span(mirror: &MirrorWrite) -> (Option<&str>, Option<&str>, bool) {
+    let positioned = mirror
+        .source_orders
+        .iter()
+        .zip(&mirror.ops)
+        .zip(&mirror.recorded)
+        .filter_map(|((so, op), rec)| Some((so.as_deref()?, *op, *rec)))
+        .filter(|(_, op, _)| *op != ChangeOp::Truncate);
+    let (mut low, mut top) = (None::<&str>, None::<&str>);
+    let mut seen = std::collections::HashSet::new();
+    let mut repeats = false;
+    for (so, _, rec) in positioned {
+        low = Some(low.map_or(so, |l| l.min(so)));
+        top = Some(top.map_or(so, |t| t.max(so)));
+        repeats |= !seen.insert((so, rec));
+    }
+    (low, top, repeats)
+}
 
 /// Give the positions table of `table` every key column it lacks, typed as in the table.
 fn add_key_columns(conn: &Connection, table: &str, keys: &[String]) -> Result<()> {
@@ -346,7 +407,7 @@ fn fill_unavailable(conn: &Connection, write: &TableWrite, mirror: &MirrorWrite,
 }
 
 /// The write's batch plus the change columns the staging table has.
-fn with_changes(data: &RecordBatch, m: &MirrorWrite, keep: bool) -> Result<RecordBatch> {
+fn with_changes(data: &RecordBatch, m: &MirrorWrite, keep: bool, last: Option<BooleanArray>) -> Result<RecordBatch> {
     let mut fields: Vec<Field> = data.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
     let mut arrays: Vec<ArrayRef> = data.columns().to_vec();
     fields.push(Field::new("__op", DataType::Utf8, false));
@@ -372,6 +433,10 @@ fn with_changes(data: &RecordBatch, m: &MirrorWrite, keep: bool) -> Result<Recor
         let keep = keep.finish();
         fields.push(Field::new("__keep", keep.data_type().clone(), true));
         arrays.push(Arc::new(keep));
+    }
+    if let Some(last) = last {
+        fields.push(Field::new("__last", DataType::Boolean, false));
+        arrays.push(Arc::new(last));
     }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
         .map_err(|e| Error::new(ErrorKind::Fatal, "could not stage a mirror write").with_source(e))

@@ -14,6 +14,7 @@ mod approvals;
 mod control;
 mod db;
 mod mirror;
+mod mirror_last;
 mod query;
 mod registry;
 mod replay;
