@@ -1,7 +1,8 @@
-//! ClickHouse as a destination, over its HTTP interface: rows go as `INSERT … FORMAT
-//! JSONEachRow` in one request per table and write; `config.rs` the config, `client.rs` the
-//! HTTP calls and their errors, `types.rs` column types and rows as JSON, `target.rs` the
-//! writes and the stream's position.
+//! ClickHouse as a destination, over its HTTP interface: rows go as `INSERT … FORMAT Native`
+//! (or `JSONEachRow` where a column does not map exactly) in one request per table and write;
+//! `config.rs` the config, `client.rs` the HTTP calls and their errors, `types.rs` column types
+//! and rows as JSON, `native.rs` rows as `Native` blocks, `target.rs` the writes and the
+//! stream's position.
 //!
 //! ClickHouse has no transactions, so a stream's write is made exactly once by a position
 //! table: before its rows, a `writing` marker names the attempt (a random number, new for each
@@ -14,6 +15,7 @@
 
 mod client;
 mod config;
+mod native;
 mod target;
 mod types;
 

@@ -9,6 +9,7 @@ use sluice_core::{Delivery, Destination, Error, ErrorKind, Result, Stamp, SyncMo
 
 use super::ClickhouseConfig;
 use super::client::{Client, literal, quote};
+use super::native::native_block;
 use super::types::{column_of, column_type, json_rows};
 
 /// The table of stream positions, in the destination's database.
@@ -134,12 +135,33 @@ impl ClickhouseTarget {
 
     /// Insert one delivery's rows (and a keyed one's deletes, as rows marked deleted).
     async fn apply(&mut self, table: &str, delivery: &Delivery, unit: u64) -> Result<()> {
-        let keyed = self.columns(table).await?.iter().any(|(n, _)| n == VERSION);
+        let columns = self.columns(table).await?;
+        let keyed = columns.iter().any(|(n, _)| n == VERSION);
         // A row's version: the time of the write, so later writes win (also after a stream
         // starts over from its source, when its sequence begins again).
         let version = u64::try_from(chrono::Utc::now().timestamp_micros()).unwrap_or(0);
         if delivery.mode == SyncMode::Replace {
             self.client().await?.query(&format!("TRUNCATE TABLE {}", quote(table))).await?;
+        }
+        let rows = delivery.rows.iter().filter(|b| b.num_rows() > 0);
+        let deletes = delivery.deletes.iter().filter(|b| keyed && b.num_rows() > 0);
+        let stamped: Vec<(&arrow::record_batch::RecordBatch, Vec<(&str, u64)>)> = rows
+            .map(|b| (b, if keyed { vec![(VERSION, version), (DELETED, 0), (UNIT, unit)] } else { vec![(UNIT, unit)] }))
+            .chain(deletes.map(|b| (b, vec![(VERSION, version), (DELETED, 1), (UNIT, unit)])))
+            .collect();
+        if stamped.is_empty() {
+            return Ok(());
+        }
+        // `Native` when every block maps exactly onto the table and they share their columns;
+        // else `JSONEachRow`, which ClickHouse converts.
+        let blocks: Option<Vec<(Vec<String>, Vec<u8>)>> =
+            stamped.iter().map(|(b, constants)| native_block(b, constants, &columns)).collect();
+        tracing::debug!(table, native = blocks.is_some(), "ClickHouse insert.");
+        if let Some(blocks) = blocks.filter(|b| b.iter().all(|(names, _)| *names == b[0].0)) {
+            let names: Vec<String> = blocks[0].0.iter().map(|n| quote(n)).collect();
+            let insert = format!("INSERT INTO {} ({}) FORMAT Native", quote(table), names.join(", "));
+            let body: Vec<u8> = blocks.into_iter().flat_map(|(_, body)| body).collect();
+            return self.client().await?.insert(&insert, body).await;
         }
         let insert = format!("INSERT INTO {} FORMAT JSONEachRow", quote(table));
         let modern = self.modern;
