@@ -9,8 +9,8 @@
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{
-    DataType, Date32Type, Decimal128Type, Float64Type, Int64Type, TimeUnit, TimestampMicrosecondType,
-    TimestampSecondType, UInt8Type, UInt64Type,
+    DataType, Date32Type, Decimal128Type, Float64Type, Int64Type, TimeUnit, TimestampMicrosecondType, UInt8Type,
+    UInt64Type,
 };
 
 /// The block of `batch` plus the constant columns (`_version`, `_deleted`, `_sluice_unit`),
@@ -92,9 +92,16 @@ fn values(out: &mut Vec<u8>, column: &ArrayRef, ty: &str) -> Option<()> {
             let ints = cast(column, &DataType::UInt64)?;
             ints.as_primitive::<UInt64Type>().values().iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
         }
-        "Float64" if source.is_numeric() && !matches!(source, DataType::Decimal128(..) | DataType::Decimal256(..)) => {
+        // NaN and infinities are NULL in the JSON rows; a `Float32` is written there as its
+        // shortest text, not widened: both are left to them.
+        "Float64" if source.is_integer() || matches!(source, DataType::Float64) => {
             let floats = cast(column, &DataType::Float64)?;
-            floats.as_primitive::<Float64Type>().values().iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+            for (i, v) in floats.as_primitive::<Float64Type>().values().iter().enumerate() {
+                if !v.is_finite() && !floats.is_null(i) {
+                    return None;
+                }
+                out.extend_from_slice(&v.to_le_bytes());
+            }
         }
         "UInt8" if matches!(source, DataType::Boolean | DataType::UInt8) => {
             out.extend_from_slice(cast(column, &DataType::UInt8)?.as_primitive::<UInt8Type>().values());
@@ -112,29 +119,47 @@ fn values(out: &mut Vec<u8>, column: &ArrayRef, ty: &str) -> Option<()> {
                 out.extend_from_slice(&days.to_le_bytes());
             }
         }
-        "DateTime('UTC')" | "DateTime" if matches!(source, DataType::Timestamp(..)) => {
-            let seconds = cast(column, &DataType::Timestamp(TimeUnit::Second, None))?;
-            for (i, s) in seconds.as_primitive::<TimestampSecondType>().values().iter().enumerate() {
-                let s = if seconds.is_null(i) { 0 } else { u32::try_from(*s).ok()? };
-                out.extend_from_slice(&s.to_le_bytes());
+        // Instants from 1970 to 2106 (`DateTime`'s range); the JSON rows' text for the rest.
+        "DateTime('UTC')" if matches!(source, DataType::Timestamp(..)) => {
+            for micros in instants(column)? {
+                out.extend_from_slice(&u32::try_from(micros / 1_000_000).ok()?.to_le_bytes());
             }
         }
         "DateTime64(6, 'UTC')" if matches!(source, DataType::Timestamp(..)) => {
-            let micros = cast(column, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
-            let micros = micros.as_primitive::<TimestampMicrosecondType>();
-            micros.values().iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+            for micros in instants(column)? {
+                out.extend_from_slice(&micros.to_le_bytes());
+            }
         }
         _ => return decimals(out, column, ty),
     }
     Some(())
 }
 
-/// `Decimal(p, s)` from Arrow decimals of the same scale: 4, 8 or 16 bytes by precision.
+/// A timestamp column's values as microseconds since 1970 (0 for a NULL), if every value lies
+/// within `DateTime`'s range, 1970 to 2106.
+fn instants(column: &ArrayRef) -> Option<Vec<i64>> {
+    let micros = cast(column, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
+    let micros = micros.as_primitive::<TimestampMicrosecondType>();
+    (0..column.len())
+        .map(|i| match (column.is_null(i), micros.is_null(i)) {
+            (true, _) => Some(0),
+            // Out of range for microseconds.
+            (false, true) => None,
+            (false, false) => {
+                let v = micros.value(i);
+                (0..=i64::from(u32::MAX) * 1_000_000).contains(&v).then_some(v)
+            }
+        })
+        .collect()
+}
+
+/// `Decimal(p, s)` from Arrow decimals of the same scale and no more digits: 4, 8 or 16 bytes
+/// by precision.
 fn decimals(out: &mut Vec<u8>, column: &ArrayRef, ty: &str) -> Option<()> {
     let (p, s) = unwrap(ty, "Decimal(")?.split_once(',')?;
     let (p, s): (u8, i8) = (p.trim().parse().ok()?, s.trim().parse().ok()?);
-    let DataType::Decimal128(_, scale) = column.data_type() else { return None };
-    if *scale != s {
+    let DataType::Decimal128(precision, scale) = column.data_type() else { return None };
+    if *scale != s || *precision > p {
         return None;
     }
     for (i, v) in column.as_primitive::<Decimal128Type>().values().iter().enumerate() {
@@ -258,5 +283,15 @@ mod tests {
         assert!(native_block(&batch, &[], &table(&[("id", "Nullable(Int32)")])).is_none());
         assert!(native_block(&batch, &[], &table(&[("other", "Nullable(Int64)")])).is_none());
         assert!(native_block(&batch, &[], &table(&[("id", "Nullable(Int64)")])).is_some());
+        // NaN (NULL in the JSON rows), an instant before 1970, a decimal wider than its column.
+        let nan = Arc::new(arrow::array::Float64Array::from(vec![f64::NAN])) as ArrayRef;
+        let before = Arc::new(arrow::array::TimestampMicrosecondArray::from(vec![-1])) as ArrayRef;
+        let wide =
+            Arc::new(arrow::array::Decimal128Array::from(vec![1]).with_precision_and_scale(20, 2).unwrap()) as ArrayRef;
+        for (column, ty) in [(nan, "Float64"), (before, "DateTime('UTC')"), (wide, "Decimal(12, 2)")] {
+            let schema = Schema::new(vec![Field::new("v", column.data_type().clone(), false)]);
+            let batch = RecordBatch::try_new(Arc::new(schema), vec![column]).unwrap();
+            assert!(native_block(&batch, &[], &table(&[("v", ty)])).is_none(), "{ty}");
+        }
     }
 }

@@ -111,7 +111,7 @@ pub(crate) fn apply(
         // position, changes at or below the position already applied to their key, and repeats
         // within the batch; then remember the new positions.
         let memo = (write.table.clone(), mirror.keys.clone());
-        let checked = known.0.contains_key(&memo);
+        let checked = known.checked.contains(&memo);
         let have_positions = checked || exists(conn, &positions_table(&write.table))?;
         if truncates {
             let mut high = Vec::new();
@@ -149,17 +149,20 @@ pub(crate) fn apply(
             // A keyless table's key is its whole row, which grows with ADD COLUMN.
             if !checked {
                 add_key_columns(conn, &write.table, &mirror.keys)?;
+                known.checked.insert(memo);
+            }
+            if !known.high.contains_key(&write.table) {
                 let high = conn
                     .query_row(&format!("SELECT max(_source_order) FROM sluice.{positions}"), [], |r| r.get(0))
                     .map_err(db_error)?;
-                known.0.insert(memo.clone(), high);
+                known.high.insert(write.table.clone(), high);
             }
             // Identical snapshot rows of a keyless table share the snapshot's one position:
             // they are counted, never taken for repeats of each other.
             let counted =
                 if mirror.whole_row { format!(" AND __op <> '{}'", ChangeOp::Snapshot.name()) } else { String::new() };
             let (low, top, repeats) = span(mirror);
-            let high = known.0.get_mut(&memo).expect("remembered above");
+            let high = known.high.get_mut(&write.table).expect("remembered above");
             // A change can be a replay only if its position is at or below the highest one
             // applied to the table: past that, no key's stored position can cover it.
             if low.is_some_and(|low| high.as_deref().is_some_and(|h| low <= h)) {
@@ -283,29 +286,36 @@ fn counted(table: &str, names: &[String], keys: &[String], after: i64) -> String
     )
 }
 
-/// The tables whose positions table this writer has seen with a set of key columns, and the
-/// highest position applied to each: the check of the columns is not repeated, and a unit whose
-/// changes all lie above that position is no replay. Forgotten when a write rolls back.
+/// What this writer knows of the positions tables, forgotten when a write rolls back.
 #[derive(Debug, Default)]
-pub(crate) struct KnownPositions(std::collections::HashMap<(String, Vec<String>), Option<String>>);
+pub(crate) struct KnownPositions {
+    /// Tables whose positions table has the columns of a set of keys: not checked again.
+    checked: std::collections::HashSet<(String, Vec<String>)>,
+    /// The highest position applied to each table (whatever its keys were): a unit whose
+    /// changes all lie above it is no replay.
+    high: std::collections::HashMap<String, Option<String>>,
+}
 
 /// The lowest and highest source positions of the unit's row changes (truncates aside), and
-/// whether two of them share a position and recording, which a repeated change would.
+/// whether two changes (truncates included) share a position and recording, which a repeated
+/// change would.
 fn span(mirror: &MirrorWrite) -> (Option<&str>, Option<&str>, bool) {
     let positioned = mirror
         .source_orders
         .iter()
         .zip(&mirror.ops)
         .zip(&mirror.recorded)
-        .filter_map(|((so, op), rec)| Some((so.as_deref()?, *op, *rec)))
-        .filter(|(_, op, _)| *op != ChangeOp::Truncate);
+        .filter_map(|((so, op), rec)| Some((so.as_deref()?, *op, *rec)));
     let (mut low, mut top) = (None::<&str>, None::<&str>);
     let mut seen = std::collections::HashSet::new();
     let mut repeats = false;
-    for (so, _, rec) in positioned {
-        low = Some(low.map_or(so, |l| l.min(so)));
-        top = Some(top.map_or(so, |t| t.max(so)));
+    for (so, op, rec) in positioned {
+        // A truncate delivered twice is a repeat too: the statement for repeats drops it.
         repeats |= !seen.insert((so, rec));
+        if op != ChangeOp::Truncate {
+            low = Some(low.map_or(so, |l| l.min(so)));
+            top = Some(top.map_or(so, |t| t.max(so)));
+        }
     }
     (low, top, repeats)
 }
@@ -440,4 +450,24 @@ fn with_changes(data: &RecordBatch, m: &MirrorWrite, keep: bool, last: Option<Bo
     }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
         .map_err(|e| Error::new(ErrorKind::Fatal, "could not stage a mirror write").with_source(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_truncate_delivered_twice_is_a_repeat_and_truncates_bound_no_span() {
+        let mirror = MirrorWrite {
+            ops: vec![ChangeOp::Truncate, ChangeOp::Insert, ChangeOp::Truncate],
+            recorded: vec![true; 3],
+            source_orders: vec![Some("5".into()), Some("7".into()), Some("5".into())],
+            ..MirrorWrite::default()
+        };
+        assert_eq!(span(&mirror), (Some("7"), Some("7"), true));
+        let once = MirrorWrite { ops: vec![ChangeOp::Truncate, ChangeOp::Insert], ..mirror.clone() };
+        let once =
+            MirrorWrite { recorded: vec![true; 2], source_orders: vec![Some("5".into()), Some("7".into())], ..once };
+        assert_eq!(span(&once), (Some("7"), Some("7"), false));
+    }
 }

@@ -7,18 +7,21 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch};
+use arrow::datatypes::DataType;
 use arrow::row::{RowConverter, SortField};
 use sluice_core::{ChangeOp, MirrorWrite};
 
 /// One flag per row of `data`: whether it is its key's last change. `None` where memory cannot
-/// match keys as the SQL does: a key column missing or of floating type (`-0.0` and `0.0` are
-/// one key to SQL, two to Arrow's row format), or a truncate in the unit.
+/// match keys as the SQL does, which compares them as the table's types: a key column missing,
+/// of floating type (`-0.0` and `0.0` are one key to SQL, two to Arrow's row format), text
+/// (which may be a UUID or an INTERVAL column, where two spellings are one value) or nested;
+/// or a truncate in the unit.
 pub(super) fn last_per_key(data: &RecordBatch, mirror: &MirrorWrite) -> Option<BooleanArray> {
     if mirror.keys.is_empty() || mirror.whole_row || mirror.ops.contains(&ChangeOp::Truncate) {
         return None;
     }
     let columns: Vec<ArrayRef> = mirror.keys.iter().map(|k| data.column_by_name(k).cloned()).collect::<Option<_>>()?;
-    if columns.iter().any(|c| c.data_type().is_floating()) {
+    if !columns.iter().all(|c| exact(c.data_type())) {
         return None;
     }
     let converter = RowConverter::new(columns.iter().map(|c| SortField::new(c.data_type().clone())).collect()).ok()?;
@@ -41,6 +44,19 @@ pub(super) fn last_per_key(data: &RecordBatch, mirror: &MirrorWrite) -> Option<B
         flags[i] = true;
     }
     Some(BooleanArray::from(flags))
+}
+
+/// Types whose values are equal in DuckDB exactly when their bytes are equal in Arrow.
+fn exact(ty: &DataType) -> bool {
+    matches!(
+        ty,
+        DataType::Boolean
+            | DataType::Binary
+            | DataType::Date32
+            | DataType::Decimal128(..)
+            | DataType::Time64(_)
+            | DataType::Timestamp(..)
+    ) || ty.is_integer()
 }
 
 #[cfg(test)]
@@ -107,5 +123,8 @@ mod tests {
             RecordBatch::try_new(Arc::new(schema), vec![Arc::new(Float64Array::from(vec![0.0, -0.0]))]).unwrap();
         m.keys = vec!["id".into()];
         assert!(last_per_key(&floats, &m).is_none());
+        // Text may be a UUID column, where two spellings are one key.
+        m.keys = vec!["name".into()];
+        assert!(last_per_key(&data, &m).is_none());
     }
 }
