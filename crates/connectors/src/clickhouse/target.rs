@@ -156,8 +156,9 @@ impl ClickhouseTarget {
         // else `JSONEachRow`, which ClickHouse converts.
         let blocks: Option<Vec<(Vec<String>, Vec<u8>)>> =
             stamped.iter().map(|(b, constants)| native_block(b, constants, &columns)).collect();
+        let blocks = blocks.filter(|b| b.iter().all(|(names, _)| *names == b[0].0));
         tracing::debug!(table, native = blocks.is_some(), "ClickHouse insert.");
-        if let Some(blocks) = blocks.filter(|b| b.iter().all(|(names, _)| *names == b[0].0)) {
+        if let Some(blocks) = blocks {
             let names: Vec<String> = blocks[0].0.iter().map(|n| quote(n)).collect();
             let insert = format!("INSERT INTO {} ({}) FORMAT Native", quote(table), names.join(", "));
             let body: Vec<u8> = blocks.into_iter().flat_map(|(_, body)| body).collect();
