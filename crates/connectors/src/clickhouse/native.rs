@@ -57,10 +57,6 @@ fn column_data(out: &mut Vec<u8>, column: &ArrayRef, ty: &str) -> Option<()> {
         out.extend((0..column.len()).map(|i| u8::from(column.is_null(i))));
         return values(out, column, inner);
     }
-    // A scalar column that is not `Nullable` has no place for a NULL.
-    if column.null_count() > 0 && unwrap(ty, "Array(").is_none() {
-        return None;
-    }
     if let Some(item) = unwrap(ty, "Array(") {
         let list = column.as_list_opt::<i32>()?;
         let offsets = list.value_offsets();
@@ -76,6 +72,10 @@ fn column_data(out: &mut Vec<u8>, column: &ArrayRef, ty: &str) -> Option<()> {
         let last = *offsets.last()?;
         let items = list.values().slice(usize::try_from(first).ok()?, usize::try_from(last - first).ok()?);
         return column_data(out, &items, item);
+    }
+    // A scalar column that is not `Nullable` has no place for a NULL.
+    if column.null_count() > 0 {
+        return None;
     }
     values(out, column, ty)
 }

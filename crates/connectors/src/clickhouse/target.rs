@@ -165,18 +165,9 @@ impl ClickhouseTarget {
             return self.client().await?.insert(&insert, body).await;
         }
         let insert = format!("INSERT INTO {} FORMAT JSONEachRow", quote(table));
-        let modern = self.modern;
         let mut body = Vec::new();
-        for batch in delivery.rows.iter().filter(|b| b.num_rows() > 0) {
-            let constants: &[(&str, u64)] =
-                if keyed { &[(VERSION, version), (DELETED, 0), (UNIT, unit)] } else { &[(UNIT, unit)] };
-            body.extend(json_rows(batch, constants, modern)?);
-        }
-        for batch in delivery.deletes.iter().filter(|b| keyed && b.num_rows() > 0) {
-            body.extend(json_rows(batch, &[(VERSION, version), (DELETED, 1), (UNIT, unit)], modern)?);
-        }
-        if body.is_empty() {
-            return Ok(());
+        for (batch, constants) in &stamped {
+            body.extend(json_rows(batch, constants, self.modern)?);
         }
         self.client().await?.insert(&insert, body).await
     }

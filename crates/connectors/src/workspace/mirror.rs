@@ -70,28 +70,9 @@ pub(crate) fn apply(
     {
         return Err(Error::new(ErrorKind::Fatal, "mirror write: change columns do not match the rows"));
     }
-    // Debezium's unavailable-value placeholders are rare: without them the stage has no `__keep`.
-    let keep = mirror.unavailable.iter().any(|u| !u.is_empty());
-    let last = super::mirror_last::last_per_key(&write.data, mirror);
-    let in_memory = last.is_some();
-    let staged = with_changes(&write.data, mirror, keep, last)?;
     let names: Vec<String> = write.data.schema().fields().iter().map(|f| f.name().clone()).collect();
     let quoted: Vec<String> = names.iter().map(|n| quote(n)).collect();
     let cols = quoted.join(", ");
-    conn.execute_batch(&format!(
-        "CREATE OR REPLACE TEMP TABLE __sluice_stage AS SELECT {cols}, NULL::VARCHAR AS __op, NULL::BIGINT AS __ord, \
-         NULL::BOOLEAN AS __rec, NULL::TIMESTAMPTZ AS __ts, NULL::VARCHAR AS __src, NULL::VARCHAR AS __so{}{} \
-         FROM main.{table} LIMIT 0",
-        if keep { ", NULL::VARCHAR[] AS __keep" } else { "" },
-        if in_memory { ", NULL::BOOLEAN AS __last" } else { "" }
-    ))
-    .map_err(db_error)?;
-    // The staged batch has every column of the stage in its order: the plain appender takes it.
-    let mut appender = conn.appender_to_catalog_and_db("__sluice_stage", "temp", "main").map_err(db_error)?;
-    appender.append_record_batch(staged).map_err(db_error)?;
-    appender.flush().map_err(db_error)?;
-    drop(appender);
-
     let keys: Vec<String> = mirror.keys.iter().map(|k| quote(k)).collect();
     let partition = keys.join(", ");
     let matches: Vec<String> = keys.iter().map(|k| format!("t.{k} IS NOT DISTINCT FROM l.{k}")).collect();
@@ -191,6 +172,12 @@ pub(crate) fn apply(
                  WHERE __so IS NOT NULL AND __op <> '{truncate}' GROUP BY {key_cols};"
             ));
         }
+    }
+    // Where nothing staged can be dropped, the last change per key is found in memory.
+    let last = if dropping { None } else { super::mirror_last::last_per_key(&write.data, mirror) };
+    let in_memory = last.is_some();
+    stage(conn, write, mirror, &cols, last)?;
+    if !sql.is_empty() {
         conn.execute_batch(&std::mem::take(&mut sql)).map_err(db_error)?;
     }
     let skipped: Vec<i64> = if !dropping {
@@ -216,7 +203,7 @@ pub(crate) fn apply(
     }
     if !keys.is_empty() && mirror.whole_row {
         sql.push_str(&counted(&table, &quoted, &keys, last_truncate.unwrap_or(i64::MIN)));
-    } else if in_memory && !dropping {
+    } else if in_memory {
         // Every staged change reaches the table, so the last per key found in memory stands.
         sql.push_str(&format!(
             "DELETE FROM main.{table} t USING {STAGE} l WHERE l.__last AND {};
@@ -245,6 +232,34 @@ pub(crate) fn apply(
     sql.push_str(&format!("DROP TABLE {STAGE};"));
     conn.execute_batch(&sql).map_err(db_error)?;
     Ok(skipped)
+}
+
+/// Stage the write's changes in `__sluice_stage`: its columns (`cols`, quoted) and the change
+/// columns, with `__keep` only when a change holds Debezium's placeholder and `__last` when the
+/// last change per key was found in memory.
+fn stage(
+    conn: &Connection,
+    write: &TableWrite,
+    mirror: &MirrorWrite,
+    cols: &str,
+    last: Option<BooleanArray>,
+) -> Result<()> {
+    let keep = mirror.unavailable.iter().any(|u| !u.is_empty());
+    let with_last = last.is_some();
+    let staged = with_changes(&write.data, mirror, keep, last)?;
+    conn.execute_batch(&format!(
+        "CREATE OR REPLACE TEMP TABLE __sluice_stage AS SELECT {cols}, NULL::VARCHAR AS __op, NULL::BIGINT AS __ord, \
+         NULL::BOOLEAN AS __rec, NULL::TIMESTAMPTZ AS __ts, NULL::VARCHAR AS __src, NULL::VARCHAR AS __so{}{} \
+         FROM main.{} LIMIT 0",
+        if keep { ", NULL::VARCHAR[] AS __keep" } else { "" },
+        if with_last { ", NULL::BOOLEAN AS __last" } else { "" },
+        quote(&write.table)
+    ))
+    .map_err(db_error)?;
+    // The staged batch has every column of the stage in its order: the plain appender takes it.
+    let mut appender = conn.appender_to_catalog_and_db("__sluice_stage", "temp", "main").map_err(db_error)?;
+    appender.append_record_batch(staged).map_err(db_error)?;
+    appender.flush().map_err(db_error)
 }
 
 /// The apply of a table whose key is its whole row, where identical rows may repeat: each

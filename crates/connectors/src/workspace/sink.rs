@@ -90,17 +90,22 @@ fn history_ddl(conn: &Connection, table: &str, change: &SchemaChange) -> Result<
 /// An appender given a column list costs DuckDB time in the square of the table's width (it
 /// rebuilds its chunk per column added: 1 s per push to a 1,000-column table); a batch that has
 /// every column in table order takes the plain appender instead.
+///
+/// It also holds what the writer knows of mirrored tables' positions; both are forgotten when
+/// a write rolls back.
 #[derive(Default)]
-struct Layouts(std::collections::HashMap<String, Vec<String>>, super::mirror::KnownPositions);
+struct Layouts {
+    columns: std::collections::HashMap<String, Vec<String>>,
+    positions: super::mirror::KnownPositions,
+}
 
 impl Layouts {
     fn clear(&mut self) {
-        self.0.clear();
-        self.1 = Default::default();
+        *self = Self::default();
     }
 
     fn is_whole_table(&mut self, conn: &Connection, table: &str, names: &[&str]) -> Result<bool> {
-        if !self.0.contains_key(table) {
+        if !self.columns.contains_key(table) {
             let mut stmt = conn
                 .prepare_cached(
                     "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'main' AND table_name = ? \
@@ -112,9 +117,9 @@ impl Layouts {
                 .map_err(db_error)?
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(db_error)?;
-            self.0.insert(table.to_string(), columns);
+            self.columns.insert(table.to_string(), columns);
         }
-        Ok(self.0[table].iter().map(String::as_str).eq(names.iter().copied()))
+        Ok(self.columns[table].iter().map(String::as_str).eq(names.iter().copied()))
     }
 }
 
@@ -151,7 +156,7 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layou
     let mut replayed: Vec<(&str, Vec<i64>)> = Vec::new();
     for write in &unit.tables {
         if !write.changes.is_empty() || write.mirror.is_some() {
-            layouts.0.remove(&write.table);
+            layouts.columns.remove(&write.table);
         }
         let table = quote(&write.table);
         for change in &write.changes {
@@ -182,7 +187,7 @@ fn apply_in_transaction(conn: &Connection, unit: &WriteUnit, layouts: &mut Layou
                 // A stream that turns history on for an existing table.
                 history_ddl(conn, &write.table, &SchemaChange::Create(Vec::new()))?;
             }
-            let skipped = super::mirror::apply(conn, write, mirror, &mut layouts.1)?;
+            let skipped = super::mirror::apply(conn, write, mirror, &mut layouts.positions)?;
             if !skipped.is_empty() {
                 replayed.push((&write.table, skipped));
             }
