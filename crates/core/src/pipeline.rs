@@ -269,7 +269,8 @@ fn decode(
     let shape: Vec<(Position, usize)> = chunks.iter().map(|c| (c.position.clone(), c.records.len())).collect();
     let arrived: Vec<Instant> = chunks.iter().map(|c| c.arrived).collect();
     let bytes: usize = chunks.iter().map(|c| c.bytes).sum();
-    let records: Vec<Record> = chunks.into_iter().flat_map(|c| c.records).collect();
+    let mut records: Vec<Record> = Vec::with_capacity(chunks.iter().map(|c| c.records.len()).sum());
+    chunks.into_iter().for_each(|c| records.extend(c.records));
     let newest = records.iter().map(|r| r.meta.received_us).max();
     let idempotency = records.iter().filter_map(|r| r.meta.idempotency.clone()).collect();
     let started = Instant::now();

@@ -54,7 +54,10 @@ fn header(out: &mut Vec<u8>, name: &str, ty: &str) {
 /// then its items, or the values.
 fn column_data(out: &mut Vec<u8>, column: &ArrayRef, ty: &str) -> Option<()> {
     if let Some(inner) = unwrap(ty, "Nullable(") {
-        out.extend((0..column.len()).map(|i| u8::from(column.is_null(i))));
+        match column.nulls() {
+            Some(nulls) => out.extend(nulls.iter().map(|valid| u8::from(!valid))),
+            None => out.resize(out.len() + column.len(), 0),
+        }
         return values(out, column, inner);
     }
     if let Some(item) = unwrap(ty, "Array(") {
@@ -86,22 +89,21 @@ fn values(out: &mut Vec<u8>, column: &ArrayRef, ty: &str) -> Option<()> {
     match ty {
         "Int64" if source.is_integer() && !matches!(source, DataType::UInt64) => {
             let ints = cast(column, &DataType::Int64)?;
-            ints.as_primitive::<Int64Type>().values().iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+            little_endian(out, ints.as_primitive::<Int64Type>().values(), i64::to_le_bytes);
         }
         "UInt64" if source.is_unsigned_integer() => {
             let ints = cast(column, &DataType::UInt64)?;
-            ints.as_primitive::<UInt64Type>().values().iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+            little_endian(out, ints.as_primitive::<UInt64Type>().values(), u64::to_le_bytes);
         }
         // NaN and infinities are NULL in the JSON rows; a `Float32` is written there as its
         // shortest text, not widened: both are left to them.
         "Float64" if source.is_integer() || matches!(source, DataType::Float64) => {
             let floats = cast(column, &DataType::Float64)?;
-            for (i, v) in floats.as_primitive::<Float64Type>().values().iter().enumerate() {
-                if !v.is_finite() && !floats.is_null(i) {
-                    return None;
-                }
-                out.extend_from_slice(&v.to_le_bytes());
+            let values = floats.as_primitive::<Float64Type>().values();
+            if values.iter().enumerate().any(|(i, v)| !v.is_finite() && !floats.is_null(i)) {
+                return None;
             }
+            little_endian(out, values, f64::to_le_bytes);
         }
         "UInt8" if matches!(source, DataType::Boolean | DataType::UInt8) => {
             out.extend_from_slice(cast(column, &DataType::UInt8)?.as_primitive::<UInt8Type>().values());
@@ -171,6 +173,20 @@ fn decimals(out: &mut Vec<u8>, column: &ArrayRef, ty: &str) -> Option<()> {
         }
     }
     Some(())
+}
+
+/// Eight-byte values in ClickHouse's order, little-endian: Arrow's buffer as it is on a
+/// little-endian machine.
+fn little_endian<T: arrow::datatypes::ArrowNativeType>(
+    out: &mut Vec<u8>,
+    values: &arrow::buffer::ScalarBuffer<T>,
+    to_le_bytes: fn(T) -> [u8; 8],
+) {
+    if cfg!(target_endian = "little") {
+        out.extend_from_slice(values.inner().as_slice());
+    } else {
+        values.iter().for_each(|v| out.extend_from_slice(&to_le_bytes(*v)));
+    }
 }
 
 fn unwrap<'a>(ty: &'a str, prefix: &str) -> Option<&'a str> {

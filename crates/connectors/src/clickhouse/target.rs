@@ -161,7 +161,8 @@ impl ClickhouseTarget {
         if let Some(blocks) = blocks {
             let names: Vec<String> = blocks[0].0.iter().map(|n| quote(n)).collect();
             let insert = format!("INSERT INTO {} ({}) FORMAT Native", quote(table), names.join(", "));
-            let body: Vec<u8> = blocks.into_iter().flat_map(|(_, body)| body).collect();
+            let mut body = Vec::with_capacity(blocks.iter().map(|(_, b)| b.len()).sum());
+            blocks.iter().for_each(|(_, block)| body.extend_from_slice(block));
             return self.client().await?.insert(&insert, body).await;
         }
         let insert = format!("INSERT INTO {} FORMAT JSONEachRow", quote(table));

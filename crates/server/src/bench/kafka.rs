@@ -106,7 +106,7 @@ pub async fn run(mut args: KafkaBenchArgs) -> Result<(), String> {
         .map(serde_json::from_str::<serde_json::Value>)
         .transpose()
         .map_err(|e| format!("--stage: {e}"))?;
-    let (sluice_secs, rss) = super::time_stream("kafka", source, destination, stage, args.events).await?;
+    let (sluice_secs, rss, cpu) = super::time_stream("kafka", source, destination, stage, args.events).await?;
 
     let mb = bytes as f64 / 1e6;
     println!("events: {} ({mb:.1} MB of values), topic with {} partitions", args.events, args.partitions);
@@ -131,6 +131,7 @@ pub async fn run(mut args: KafkaBenchArgs) -> Result<(), String> {
     );
     println!("ratio Sluice / raw consumer: {:.2}", raw_secs / sluice_secs);
     println!("peak RSS of the server: {:.0} MiB", rss as f64 / 1024.0);
+    println!("CPU of the server: {cpu:.1} s ({:.1} µs per event)", cpu * 1e6 / args.events as f64);
     Ok(())
 }
 

@@ -289,14 +289,15 @@ fn in_destination(metrics: &Value) -> Option<i64> {
 }
 
 /// In a throwaway server, a stream `bench` reading `source` into table `bench`: seconds from
-/// its creation until `events` rows are queryable, and the server's peak RSS (KiB).
+/// its creation until `events` rows are queryable, the server's peak RSS (KiB) and the CPU
+/// seconds it used (user and system, all threads).
 async fn time_stream(
     label: &str,
     source: Value,
     destination: Option<Value>,
     stage: Option<Value>,
     events: usize,
-) -> Result<(f64, u64), String> {
+) -> Result<(f64, u64, f64), String> {
     let dir = std::env::temp_dir().join(format!("sluice-bench-{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let server = ServerProcess::start(&dir).await?;
@@ -314,10 +315,10 @@ async fn time_stream(
         server.create(&http, config).await?;
         server.wait_rows(&http, "bench", events, t).await
     };
-    let rss = server.peak_rss_kib();
+    let (rss, cpu) = (server.peak_rss_kib(), server.cpu_seconds());
     server.stop();
     let _ = std::fs::remove_dir_all(&dir);
-    Ok((secs?, rss))
+    Ok((secs?, rss, cpu))
 }
 
 /// A `sluice serve` child process.
@@ -450,6 +451,17 @@ impl ServerProcess {
             .find_map(|l| l.strip_prefix("VmHWM:"))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap_or(0)
+    }
+
+    /// CPU seconds the server has used so far, user and system, over all its threads
+    /// (`/proc/<pid>/stat` fields 14 and 15, in clock ticks of 1/100 s on Linux).
+    fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // The fields after the command name, which is in parentheses and may hold spaces.
+        let fields: Vec<&str> =
+            stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        (ticks(11) + ticks(12)) / 100.0
     }
 
     fn stop(mut self) {

@@ -113,6 +113,8 @@ impl Raw<'_> {
             (ColumnType::Timestamptz | ColumnType::Date, Self::Str(s)) => {
                 crate::schema::fit_instant(ty, s).unwrap_or(Fit::Misfit("not a string"))
             }
+            // An array is already a value: no copy of it.
+            (_, Self::Array(v)) => crate::schema::fit(ty, v),
             _ => crate::schema::fit(ty, &self.to_value()).into_owned(),
         }
     }
