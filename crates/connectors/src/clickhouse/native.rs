@@ -273,6 +273,49 @@ mod tests {
         assert_eq!(body, want);
     }
 
+    /// A sliced batch (a unit cut from a larger one) starts its values and null bits at an
+    /// offset: the whole-buffer copies must begin there too.
+    #[test]
+    fn a_sliced_batch_writes_only_its_own_values_and_nulls() {
+        use arrow::array::{Float64Array, UInt64Array};
+        let schema = Schema::new(vec![
+            Field::new("i", DataType::Int64, true),
+            Field::new("u", DataType::UInt64, false),
+            Field::new("f", DataType::Float64, true),
+        ]);
+        let batch = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from(vec![Some(1), None, Some(3), Some(4), None])),
+                Arc::new(UInt64Array::from(vec![10, 20, 30, 40, 50])),
+                Arc::new(Float64Array::from(vec![None, Some(0.5), None, Some(2.5), Some(3.5)])),
+            ],
+        )
+        .unwrap()
+        .slice(1, 3);
+        let columns = table(&[("i", "Nullable(Int64)"), ("u", "UInt64"), ("f", "Nullable(Float64)")]);
+        let (_, body) = native_block(&batch, &[], &columns).unwrap();
+        let mut want = vec![3, 3];
+        want.extend([1, b'i', 15]);
+        want.extend(b"Nullable(Int64)");
+        want.extend([1, 0, 0]);
+        for v in [0i64, 3, 4] {
+            want.extend(v.to_le_bytes());
+        }
+        want.extend([1, b'u', 6]);
+        want.extend(b"UInt64");
+        for v in [20u64, 30, 40] {
+            want.extend(v.to_le_bytes());
+        }
+        want.extend([1, b'f', 17]);
+        want.extend(b"Nullable(Float64)");
+        want.extend([0, 1, 0]);
+        for v in [0.5f64, 0.0, 2.5] {
+            want.extend(v.to_le_bytes());
+        }
+        assert_eq!(body, want);
+    }
+
     #[test]
     fn a_null_list_is_an_empty_array() {
         let item = Arc::new(Field::new("item", DataType::Int64, true));
