@@ -161,9 +161,12 @@ impl ClickhouseTarget {
         if let Some(blocks) = blocks {
             let names: Vec<String> = blocks[0].0.iter().map(|n| quote(n)).collect();
             let insert = format!("INSERT INTO {} ({}) FORMAT Native", quote(table), names.join(", "));
-            let mut body = Vec::with_capacity(blocks.iter().map(|(_, b)| b.len()).sum());
-            blocks.iter().for_each(|(_, block)| body.extend_from_slice(block));
-            return self.client().await?.insert(&insert, body).await;
+            // The first block is the body (a unit mostly has one); any others are appended.
+            let body = blocks.into_iter().map(|(_, block)| block).reduce(|mut body, block| {
+                body.extend_from_slice(&block);
+                body
+            });
+            return self.client().await?.insert(&insert, body.unwrap_or_default()).await;
         }
         let insert = format!("INSERT INTO {} FORMAT JSONEachRow", quote(table));
         let mut body = Vec::new();

@@ -176,7 +176,7 @@ pub(crate) fn apply(
     // Where nothing staged can be dropped, the last change per key is found in memory.
     let last = if dropping { None } else { super::mirror_last::last_per_key(&write.data, mirror) };
     let in_memory = last.is_some();
-    stage(conn, write, mirror, &cols, last)?;
+    stage(conn, write, mirror, &table, &cols, last)?;
     if !sql.is_empty() {
         conn.execute_batch(&std::mem::take(&mut sql)).map_err(db_error)?;
     }
@@ -234,13 +234,14 @@ pub(crate) fn apply(
     Ok(skipped)
 }
 
-/// Stage the write's changes in `__sluice_stage`: its columns (`cols`, quoted) and the change
-/// columns, with `__keep` only when a change holds Debezium's placeholder and `__last` when the
-/// last change per key was found in memory.
+/// Stage the write's changes in `__sluice_stage`, shaped as `table` (quoted): its columns
+/// (`cols`, quoted) and the change columns, with `__keep` only when a change holds Debezium's
+/// placeholder and `__last` when the last change per key was found in memory.
 fn stage(
     conn: &Connection,
     write: &TableWrite,
     mirror: &MirrorWrite,
+    table: &str,
     cols: &str,
     last: Option<BooleanArray>,
 ) -> Result<()> {
@@ -250,10 +251,9 @@ fn stage(
     conn.execute_batch(&format!(
         "CREATE OR REPLACE TEMP TABLE __sluice_stage AS SELECT {cols}, NULL::VARCHAR AS __op, NULL::BIGINT AS __ord, \
          NULL::BOOLEAN AS __rec, NULL::TIMESTAMPTZ AS __ts, NULL::VARCHAR AS __src, NULL::VARCHAR AS __so{}{} \
-         FROM main.{} LIMIT 0",
+         FROM main.{table} LIMIT 0",
         if keep { ", NULL::VARCHAR[] AS __keep" } else { "" },
         if with_last { ", NULL::BOOLEAN AS __last" } else { "" },
-        quote(&write.table)
     ))
     .map_err(db_error)?;
     // The staged batch has every column of the stage in its order: the plain appender takes it.

@@ -82,7 +82,7 @@ pub async fn run(args: KinesisBenchArgs) -> Result<(), String> {
     eprintln!("sluice");
     let source = json!({"type": "kinesis", "stream": stream, "region": "us-east-1", "endpoint": args.endpoint,
                         "credentials": {"access_key_id": "bench", "secret_access_key": "bench"}});
-    let (sluice_secs, rss, _) = super::time_stream("kinesis", source, None, None, args.events).await?;
+    let (sluice_secs, rss, cpu) = super::time_stream("kinesis", source, None, None, args.events).await?;
 
     let mb = bytes as f64 / 1e6;
     let rate = |secs: f64| (args.events as f64 / secs, mb / secs);
@@ -102,6 +102,7 @@ pub async fn run(args: KinesisBenchArgs) -> Result<(), String> {
     println!("| Sluice stream → table (stream created → all rows queryable) | {e:.0} | {m:.1} | {sluice_secs:.1} |");
     println!("ratio Sluice / raw reader: {:.2}", raw_secs / sluice_secs);
     println!("peak RSS of the server: {:.0} MiB", rss as f64 / 1024.0);
+    println!("CPU of the server: {cpu:.1} s ({:.1} µs per event)", cpu * 1e6 / args.events as f64);
     Ok(())
 }
 
