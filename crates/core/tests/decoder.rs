@@ -44,6 +44,34 @@ fn first_batch_creates_with_batch_order_and_types() {
 }
 
 #[test]
+fn fields_find_their_columns_whatever_shape_the_last_event_had() {
+    // A field's column is first guessed from where the field at its place in the last event
+    // went: a wrong guess must change nothing. Names that differ only in case, as a table made
+    // elsewhere may have, each keep their own column.
+    let existing = TableSchema::existing(vec![
+        col("Foo", ColumnType::Bigint),
+        col("foo", ColumnType::Bigint),
+        col("a", ColumnType::Bigint),
+    ]);
+    let d = Decoder::new("t".into(), MetadataConfig::default(), HashMap::from([("t".to_string(), existing)]));
+    let events =
+        [r#"{"Foo":1,"foo":2,"a":3}"#, r#"{"foo":4,"Foo":5,"a":6}"#, r#"{"a":7,"FOO":8}"#, r#"{"b":9,"a":10}"#];
+    let raw =
+        |e: &&str| Record { payload: Payload::Bytes(bytes::Bytes::from(e.to_string())), meta: RecordMeta::default() };
+    let parsed = |e: &&str| rec(serde_json::from_str(e).unwrap());
+    for records in [events.iter().map(raw).collect::<Vec<_>>(), events.iter().map(parsed).collect()] {
+        let (out, _) = d.decode(records, 1).unwrap();
+        let data = &out.tables[0].data;
+        let column = |i: usize| data.column(i).as_primitive::<Int64Type>().iter().collect::<Vec<_>>();
+        assert_eq!(column(0), [Some(1), Some(5), None, None]);
+        // Another spelling goes to the column named as its lower case.
+        assert_eq!(column(1), [Some(2), Some(4), Some(8), None]);
+        assert_eq!(column(2), [Some(3), Some(6), Some(7), Some(10)]);
+        assert_eq!(column(3), [None, None, None, Some(9)]);
+    }
+}
+
+#[test]
 fn widening_inside_a_new_column_and_on_an_existing_one() {
     let mut d = Decoder::new("t".into(), MetadataConfig::default(), HashMap::new());
     let (out, pending) = d.decode(vec![rec(json!({"p": 1})), rec(json!({"p": 1.5}))], 1).unwrap();

@@ -113,6 +113,7 @@ impl TableBuilder {
         self.keep_row(ctx);
         self.push_metadata(ctx, metadata, rejects);
         self.path.clear();
+        self.visit = 0;
         self.walk_raw(ctx, fields, 0, rejects);
         // Still no column at all: this event had nothing to store (and no metadata is on).
         if self.schema.columns().is_empty() {
@@ -144,7 +145,7 @@ impl TableBuilder {
 
     /// [`TableBuilder::put`] of a raw value.
     fn put_raw(&mut self, ctx: &Ctx, name: &str, value: &Raw<'_>, rejects: &mut Rejects) {
-        let i = match self.schema.find(name) {
+        let i = match self.find_column(name) {
             Some(i) => i,
             None => match value.kind().column_type() {
                 Some(_) if self.schema.columns().len() >= MAX_COLUMNS => {

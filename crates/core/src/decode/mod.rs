@@ -333,6 +333,11 @@ struct TableBuilder {
     changes: Vec<SchemaChange>,
     rows: usize,
     path: String,
+    /// The column each leaf field of the last event went to, by its place in the event: the
+    /// next event of a feed mostly has the same shape, so a name compare finds its column.
+    hints: Vec<usize>,
+    /// The place of the next leaf field in the current event.
+    visit: usize,
     empty_rows: Vec<(i64, RecordMeta)>,
     /// For a mirrored table: the change each row carries.
     mirror: Option<MirrorWrite>,
@@ -352,6 +357,8 @@ impl TableBuilder {
             changes: Vec::new(),
             rows: 0,
             path: String::new(),
+            hints: Vec::new(),
+            visit: 0,
             empty_rows: Vec::new(),
             mirror: None,
             snapshot: None,
@@ -370,6 +377,7 @@ impl TableBuilder {
         self.keep_row(ctx);
         self.push_metadata(ctx, metadata, rejects);
         self.path.clear();
+        self.visit = 0;
         self.walk(ctx, map, 0, declared, rejects);
         // Still no column at all: this event had nothing to store (and no metadata is on).
         if self.schema.columns().is_empty() {
@@ -479,8 +487,28 @@ impl TableBuilder {
         i
     }
 
+    /// The column named `name`, as [`TableSchema::find`] finds it: where the field at the same
+    /// place in the last event went, when that column has exactly this name, else by the index.
+    fn find_column(&mut self, name: &str) -> Option<usize> {
+        let at = self.visit;
+        self.visit += 1;
+        if let Some(&hint) = self.hints.get(at)
+            && self.schema.columns().get(hint).is_some_and(|c| c.name == name)
+        {
+            return Some(hint);
+        }
+        let found = self.schema.find(name)?;
+        if at < MAX_COLUMNS {
+            if at >= self.hints.len() {
+                self.hints.resize(at + 1, usize::MAX);
+            }
+            self.hints[at] = found;
+        }
+        Some(found)
+    }
+
     fn put(&mut self, ctx: &Ctx, name: &str, value: &Value, rejects: &mut Rejects) {
-        let i = match self.schema.find(name) {
+        let i = match self.find_column(name) {
             Some(i) => i,
             None => match kind_of(value).column_type() {
                 Some(_) if self.schema.columns().len() >= MAX_COLUMNS => {

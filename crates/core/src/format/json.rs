@@ -252,16 +252,27 @@ pub(crate) fn not_json(line: Option<usize>, e: &serde_json::Error) -> String {
 /// Parse one event's text (NDJSON line `line`, if it is one).
 fn parse_event(text: &[u8], line: Option<usize>) -> Event {
     let mut duplicates = Vec::new();
-    let mut de = serde_json::Deserializer::from_slice(text);
     let mut path = String::new();
-    let parsed = ValueSeed { path: &mut path, duplicates: &mut duplicates }.deserialize(&mut de).and_then(|v| {
-        de.end()?;
-        Ok(v)
-    });
+    let seed = ValueSeed { path: &mut path, duplicates: &mut duplicates };
+    // Checked as UTF-8 whole and read as a `str`, as `raw::parse` does.
+    let parsed = match std::str::from_utf8(text) {
+        Ok(text) => whole(seed, serde_json::Deserializer::from_str(text)),
+        Err(_) => whole(seed, serde_json::Deserializer::from_slice(text)),
+    };
     match parsed {
         Ok(value) => Event { payload: event_or_invalid(value), duplicates },
         Err(e) => invalid(String::from_utf8_lossy(text).into_owned(), not_json(line, &e)),
     }
+}
+
+/// What `seed` reads from `de`, with nothing after it.
+pub(crate) fn whole<'de, S: DeserializeSeed<'de>, R: serde_json::de::Read<'de>>(
+    seed: S,
+    mut de: serde_json::Deserializer<R>,
+) -> Result<S::Value, serde_json::Error> {
+    let value = seed.deserialize(&mut de)?;
+    de.end()?;
+    Ok(value)
 }
 
 /// Decode one payload from raw bytes: an object is one event, an array gives one per element.
@@ -274,8 +285,11 @@ pub fn decode_bytes(raw: &[u8]) -> Vec<Payload> {
 pub fn parse_body(body: &bytes::Bytes) -> Result<(Vec<Event>, BodySummary), BodyError> {
     let events: Vec<Event> = match layout(body)?.0 {
         Layout::Array => {
-            let mut de = serde_json::Deserializer::from_slice(body);
-            match Elements.deserialize(&mut de).and_then(|events| de.end().map(|()| events)) {
+            let parsed = match std::str::from_utf8(body) {
+                Ok(text) => whole(Elements, serde_json::Deserializer::from_str(text)),
+                Err(_) => whole(Elements, serde_json::Deserializer::from_slice(body)),
+            };
+            match parsed {
                 Ok(events) => events,
                 Err(_) => return check_body(body).and(Err(BodyError::unreadable())),
             }
@@ -409,6 +423,25 @@ mod tests {
         assert!(check_body(b"{\"a\":{\"b\":\"\xff\"}}").is_err());
         assert!(check_body(b"[{\"a\":\"\xff\"}, {}]").is_err());
         assert_eq!(check_body(b"{\"\xff\":1}\n{}").unwrap(), BodySummary { events: 2, invalid: 1 });
+    }
+
+    #[test]
+    fn text_checked_whole_reads_as_before_and_bad_utf8_is_still_refused_where_it_is() {
+        // Valid text is read as a `str`; multi-byte characters and escapes come out as sent.
+        let good = "{\"a\":\"caf\u{e9} \\u00e9\",\"b\":{\"c\":\"\u{1F600}\"}}";
+        let event = raw::parse(good.as_bytes()).unwrap();
+        assert_eq!(event.value.to_value(), serde_json::json!({"a": "caf\u{e9} \u{e9}", "b": {"c": "\u{1F600}"}}));
+        // A string that is not UTF-8 is refused with its place, by both parsers.
+        let bad = b"{\"a\":\"ok\",\n\"b\":\"x\xff\"}";
+        let e = raw::parse(bad).unwrap_err();
+        assert_eq!((e.line(), e.column()), (2, 7));
+        let events: Vec<Event> =
+            body_events(bytes::Bytes::from_static(b"{\"a\":\"\xc3\xa9\"}\n{\"b\":\"\xff\"}")).collect();
+        assert!(matches!(&events[0].payload, Payload::Json(v) if v["a"] == "\u{e9}"));
+        assert!(matches!(&events[1].payload, Payload::Invalid { reason, .. } if reason.contains("line 2")));
+        // A whole array with one bad string is refused, and located.
+        let e = parse_body(&bytes::Bytes::from_static(b"[{\"a\":1},\n {\"b\":\"\xff\"}]")).unwrap_err();
+        assert_eq!(e.line, 2);
     }
 
     #[test]

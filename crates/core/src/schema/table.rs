@@ -71,8 +71,11 @@ impl TableSchema {
     /// Add a column and return its index.
     pub fn push(&mut self, column: Column) -> usize {
         let i = self.columns.len();
-        self.index.insert(column.name.to_lowercase(), i);
-        self.index.entry(column.name.clone()).or_insert(i);
+        // A name finds its own column; another spelling finds the column named as its lower
+        // case, else the first that folds to it (a table made elsewhere may hold names that
+        // differ only in case).
+        self.index.entry(column.name.to_lowercase()).or_insert(i);
+        self.index.insert(column.name.clone(), i);
         self.columns.push(column);
         i
     }

@@ -44,19 +44,25 @@ pub struct RawEvent<'a> {
 }
 
 /// Read one event's text.
+///
+/// Read from bytes, serde_json checks the UTF-8 of each string on its own; read from a `str`, it
+/// checks none. So the text is checked whole, in one pass, and read as a `str`; a text that is
+/// not UTF-8 is read from its bytes, which finds and locates the bad string as before.
 pub fn parse(text: &[u8]) -> Result<RawEvent<'_>, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_slice(text);
-    let event = parse_from(&mut de)?;
-    de.end()?;
-    Ok(event)
+    let mut duplicates = Vec::new();
+    let seed = RawSeed { place: None, duplicates: &mut duplicates };
+    let value = match std::str::from_utf8(text) {
+        Ok(text) => super::whole(seed, serde_json::Deserializer::from_str(text)),
+        Err(_) => super::whole(seed, serde_json::Deserializer::from_slice(text)),
+    }?;
+    Ok(RawEvent { value, duplicates })
 }
 
 /// Read one event from any serde deserializer (`scripts/bench-parsers.sh` compares parsers
 /// through it); the caller checks that nothing follows.
 pub fn parse_from<'de, D: Deserializer<'de>>(de: D) -> Result<RawEvent<'de>, D::Error> {
     let mut duplicates = Vec::new();
-    let mut path = String::new();
-    let value = RawSeed { path: &mut path, duplicates: &mut duplicates }.deserialize(de)?;
+    let value = RawSeed { place: None, duplicates: &mut duplicates }.deserialize(de)?;
     Ok(RawEvent { value, duplicates })
 }
 
@@ -122,8 +128,50 @@ impl Raw<'_> {
 
 /// Reads a value like [`ValueSeed`], borrowing names and strings.
 struct RawSeed<'p> {
-    path: &'p mut String,
+    /// The field this value is, within the fields around it (`None` for the event itself).
+    place: Option<&'p Place<'p>>,
     duplicates: &'p mut Vec<(String, Value)>,
+}
+
+/// A field's name and the field it is in, kept on the stack while the parser descends: the
+/// flattened name is written out only for a field named twice, which is rare.
+struct Place<'a> {
+    name: &'a str,
+    up: Option<&'a Place<'a>>,
+}
+
+impl Place<'_> {
+    /// The flattened name, as the decoder names the column.
+    fn flattened(&self) -> String {
+        let mut names = vec![self.name];
+        let mut at = self.up;
+        while let Some(place) = at {
+            names.push(place.name);
+            at = place.up;
+        }
+        // As the decoder's path grows: a separator only after a name that left it non-empty.
+        let mut path = String::new();
+        for name in names.iter().rev() {
+            if !path.is_empty() {
+                path.push_str(crate::decode::SEPARATOR);
+            }
+            path.push_str(name);
+        }
+        path
+    }
+}
+
+/// One bit of 64 for a field name: names with different bits differ, so a name whose bit no
+/// earlier field of the object set is no repeat, and the object's fields need not be searched.
+fn name_bit(name: &str) -> u64 {
+    let bytes = name.as_bytes();
+    let (first, last) = (bytes.first().copied().unwrap_or(0), bytes.last().copied().unwrap_or(0));
+    let mixed = (bytes.len() as u32)
+        .wrapping_mul(31)
+        .wrapping_add(u32::from(first))
+        .wrapping_mul(31)
+        .wrapping_add(u32::from(last));
+    1 << (mixed % 64)
 }
 
 impl<'de> DeserializeSeed<'de> for RawSeed<'_> {
@@ -174,21 +222,21 @@ impl<'de> Visitor<'de> for RawSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Raw<'de>, A::Error> {
         let mut fields: Vec<(Cow<'de, str>, Raw<'de>)> = Vec::new();
         let mut index: Option<foldhash::HashMap<String, usize>> = None;
+        let mut seen = 0u64;
         while let Some(key) = map.next_key_seed(Name)? {
-            let mark = self.path.len();
-            if mark > 0 {
-                self.path.push_str(crate::decode::SEPARATOR);
-            }
-            self.path.push_str(&key);
-            let value = map.next_value_seed(RawSeed { path: &mut *self.path, duplicates: &mut *self.duplicates })?;
+            let here = Place { name: &key, up: self.place };
+            let value = map.next_value_seed(RawSeed { place: Some(&here), duplicates: &mut *self.duplicates })?;
+            let bit = name_bit(&key);
             let earlier = match &index {
+                _ if seen & bit == 0 => None,
                 Some(index) => index.get(key.as_ref()).copied(),
                 None => fields.iter().position(|(k, _)| *k == key),
             };
+            seen |= bit;
             match earlier {
                 Some(at) => {
                     let replaced = std::mem::replace(&mut fields[at].1, value);
-                    self.duplicates.push((self.path.clone(), replaced.to_value()));
+                    self.duplicates.push((here.flattened(), replaced.to_value()));
                 }
                 None => {
                     if let Some(index) = &mut index {
@@ -200,7 +248,6 @@ impl<'de> Visitor<'de> for RawSeed<'_> {
                     }
                 }
             }
-            self.path.truncate(mark);
         }
         Ok(Raw::Object(fields))
     }
