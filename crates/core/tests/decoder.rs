@@ -69,6 +69,18 @@ fn fields_find_their_columns_whatever_shape_the_last_event_had() {
         assert_eq!(column(2), [Some(3), Some(6), Some(7), Some(10)]);
         assert_eq!(column(3), [None, None, None, Some(9)]);
     }
+    // The other order: `foo` made first keeps its own name when `Foo` comes after it (the index
+    // used to point `foo` at the later column).
+    let existing = TableSchema::existing(vec![col("foo", ColumnType::Bigint), col("Foo", ColumnType::Bigint)]);
+    let d = Decoder::new("t".into(), MetadataConfig::default(), HashMap::from([("t".to_string(), existing)]));
+    let events = [r#"{"foo":1,"Foo":2}"#, r#"{"Foo":3,"foo":4}"#, r#"{"FOO":5}"#];
+    for records in [events.iter().map(raw).collect::<Vec<_>>(), events.iter().map(parsed).collect()] {
+        let (out, _) = d.decode(records, 1).unwrap();
+        let data = &out.tables[0].data;
+        let column = |i: usize| data.column(i).as_primitive::<Int64Type>().iter().collect::<Vec<_>>();
+        assert_eq!(column(0), [Some(1), Some(4), Some(5)]);
+        assert_eq!(column(1), [Some(2), Some(3), None]);
+    }
 }
 
 #[test]
