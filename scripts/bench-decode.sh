@@ -5,8 +5,8 @@
 # best of seven runs per round. With a git revision, that revision's decoder is built too and
 # the two alternate, so a change is measured against its base on the same machine minutes apart
 # (the whole-pipeline benches vary by a third between runs here; this one's rounds vary too,
-# by up to 1.7x in a noisy hour, so run several rounds and compare the medians). The payloads are built before the
-# clock starts: what is timed is `Decoder::decode` and its commit.
+# by up to 1.7x in a noisy hour, so run several rounds and compare the medians). The payloads
+# are built before the clock starts: what is timed is `Decoder::decode` and its commit.
 # A throwaway crate outside the workspace, like scripts/bench-parsers.sh.
 # Usage: bash scripts/bench-decode.sh [BASE_REVISION] [ROUNDS]
 set -euo pipefail

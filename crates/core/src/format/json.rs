@@ -253,26 +253,30 @@ pub(crate) fn not_json(line: Option<usize>, e: &serde_json::Error) -> String {
 fn parse_event(text: &[u8], line: Option<usize>) -> Event {
     let mut duplicates = Vec::new();
     let mut path = String::new();
-    let seed = ValueSeed { path: &mut path, duplicates: &mut duplicates };
-    // Checked as UTF-8 whole and read as a `str`, as `raw::parse` does.
-    let parsed = match std::str::from_utf8(text) {
-        Ok(text) => whole(seed, serde_json::Deserializer::from_str(text)),
-        Err(_) => whole(seed, serde_json::Deserializer::from_slice(text)),
-    };
-    match parsed {
+    match whole(ValueSeed { path: &mut path, duplicates: &mut duplicates }, text) {
         Ok(value) => Event { payload: event_or_invalid(value), duplicates },
         Err(e) => invalid(String::from_utf8_lossy(text).into_owned(), not_json(line, &e)),
     }
 }
 
-/// What `seed` reads from `de`, with nothing after it.
-pub(crate) fn whole<'de, S: DeserializeSeed<'de>, R: serde_json::de::Read<'de>>(
-    seed: S,
-    mut de: serde_json::Deserializer<R>,
-) -> Result<S::Value, serde_json::Error> {
-    let value = seed.deserialize(&mut de)?;
-    de.end()?;
-    Ok(value)
+/// What `seed` reads from `text`, with nothing after it.
+///
+/// Read from bytes, serde_json checks the UTF-8 of each string on its own; read from a `str`, it
+/// checks none. So the text is checked whole, in one pass, and read as a `str`; a text that is
+/// not UTF-8 is read from its bytes, which finds and locates the bad string as before.
+pub(crate) fn whole<'de, S: DeserializeSeed<'de>>(seed: S, text: &'de [u8]) -> Result<S::Value, serde_json::Error> {
+    fn read<'de, S: DeserializeSeed<'de>, R: serde_json::de::Read<'de>>(
+        seed: S,
+        mut de: serde_json::Deserializer<R>,
+    ) -> Result<S::Value, serde_json::Error> {
+        let value = seed.deserialize(&mut de)?;
+        de.end()?;
+        Ok(value)
+    }
+    match std::str::from_utf8(text) {
+        Ok(text) => read(seed, serde_json::Deserializer::from_str(text)),
+        Err(_) => read(seed, serde_json::Deserializer::from_slice(text)),
+    }
 }
 
 /// Decode one payload from raw bytes: an object is one event, an array gives one per element.
@@ -284,16 +288,10 @@ pub fn decode_bytes(raw: &[u8]) -> Vec<Payload> {
 /// events and what they are, or, as [`check_body`] says, where the body is not JSON.
 pub fn parse_body(body: &bytes::Bytes) -> Result<(Vec<Event>, BodySummary), BodyError> {
     let events: Vec<Event> = match layout(body)?.0 {
-        Layout::Array => {
-            let parsed = match std::str::from_utf8(body) {
-                Ok(text) => whole(Elements, serde_json::Deserializer::from_str(text)),
-                Err(_) => whole(Elements, serde_json::Deserializer::from_slice(body)),
-            };
-            match parsed {
-                Ok(events) => events,
-                Err(_) => return check_body(body).and(Err(BodyError::unreadable())),
-            }
-        }
+        Layout::Array => match whole(Elements, body) {
+            Ok(events) => events,
+            Err(_) => return check_body(body).and(Err(BodyError::unreadable())),
+        },
         Layout::Single | Layout::Lines => body_events(body.clone()).collect(),
     };
     let invalid = events.iter().filter(|e| matches!(e.payload, Payload::Invalid { .. })).count();

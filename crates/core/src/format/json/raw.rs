@@ -43,18 +43,10 @@ pub struct RawEvent<'a> {
     pub duplicates: Vec<(String, Value)>,
 }
 
-/// Read one event's text.
-///
-/// Read from bytes, serde_json checks the UTF-8 of each string on its own; read from a `str`, it
-/// checks none. So the text is checked whole, in one pass, and read as a `str`; a text that is
-/// not UTF-8 is read from its bytes, which finds and locates the bad string as before.
+/// Read one event's text (its UTF-8 checked once, as [`super::whole`] says).
 pub fn parse(text: &[u8]) -> Result<RawEvent<'_>, serde_json::Error> {
     let mut duplicates = Vec::new();
-    let seed = RawSeed { place: None, duplicates: &mut duplicates };
-    let value = match std::str::from_utf8(text) {
-        Ok(text) => super::whole(seed, serde_json::Deserializer::from_str(text)),
-        Err(_) => super::whole(seed, serde_json::Deserializer::from_slice(text)),
-    }?;
+    let value = super::whole(RawSeed { place: None, duplicates: &mut duplicates }, text)?;
     Ok(RawEvent { value, duplicates })
 }
 
