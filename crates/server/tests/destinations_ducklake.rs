@@ -40,6 +40,10 @@ pub fn read(lake: &Path, sql: &str) -> Option<Vec<String>> {
     );
     let python = std::env::var("PYTOOLS_PYTHON").expect("PYTOOLS_PYTHON: run the tests through scripts/test.sh");
     let out = std::process::Command::new(python).args(["-c", &script]).output().expect("run python");
+    if !out.status.success() && out.status.code() != Some(3) {
+        // Captured by the test harness: shown only when the test fails.
+        println!("the lake could not be read: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));
+    }
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect())
 }
 
