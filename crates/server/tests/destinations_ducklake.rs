@@ -42,7 +42,7 @@ pub fn read(lake: &Path, sql: &str) -> Option<Vec<String>> {
     let out = std::process::Command::new(python).args(["-c", &script]).output().expect("run python");
     if !out.status.success() && out.status.code() != Some(3) {
         // Captured by the test harness: shown only when the test fails.
-        println!("the lake could not be read: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));
+        println!("the lake could not be read: {}", String::from_utf8_lossy(&out.stderr).trim_end());
     }
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect())
 }

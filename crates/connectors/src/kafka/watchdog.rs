@@ -3,10 +3,11 @@
 //! generation that still counts the dead member (as leader, or as the holder of a partition),
 //! and then keep it for minutes, so a member sits with an empty assignment, or a partition sits
 //! with no live reader. (Read in its `coordinator/group/administrator.rs`: dead members expire
-//! only when a request checks, never on a timer; once a group is formed, a heartbeat that
-//! expires the dead member leaves the group formed with the old assignment, and SyncGroup in
-//! that state ignores the leader's new one. A LeaveGroup does start a new generation, with the
-//! live members only; 0.7's pre-releases change the join and sync paths.) Holding no partitions
+//! only when a request checks, never on a timer; once a group is formed, a live member's
+//! heartbeat that expires the dead member leaves the group formed with the old assignment (a
+//! join, sync or leave that notices it first does reopen the group), and SyncGroup in that
+//! state ignores the leader's new assignment. A LeaveGroup starts a new generation with the
+//! members that have not timed out; 0.7's pre-releases change the join and sync paths.) Holding no partitions
 //! is normal when other members hold them all, so the watchdog leaves and rejoins the group only
 //! when, over a whole window without a rebalance, a partition of the subscribed topics that this
 //! member does not hold has messages beyond the group's committed offset and that offset did
