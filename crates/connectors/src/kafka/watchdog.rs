@@ -7,12 +7,12 @@
 //! heartbeat that expires the dead member leaves the group formed with the old assignment (a
 //! join, sync or leave that notices it first does reopen the group), and SyncGroup in that
 //! state ignores the leader's new assignment. A LeaveGroup starts a new generation with the
-//! members that have not timed out; 0.7's pre-releases change the join and sync paths.) Holding no partitions
-//! is normal when other members hold them all, so the watchdog leaves and rejoins the group only
-//! when, over a whole window without a rebalance, a partition of the subscribed topics that this
-//! member does not hold has messages beyond the group's committed offset and that offset did
-//! not move (or, with none committed, new messages arrived). Joining again makes the broker
-//! form a new generation without the members that do not answer.
+//! members that have not timed out; 0.7's pre-releases change the join and sync paths.)
+//! Holding no partitions is normal when other members hold them all, so the watchdog leaves and
+//! rejoins the group only when, over a whole window without a rebalance, a partition of the
+//! subscribed topics that this member does not hold has messages beyond the group's committed
+//! offset and that offset did not move (or, with none committed, new messages arrived). Joining
+//! again makes the broker form a new generation without the members that do not answer.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
