@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod batch;
+pub mod crash;
 pub mod decode;
 pub mod error;
 pub mod format;

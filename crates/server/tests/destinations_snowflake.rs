@@ -2,7 +2,8 @@
 //! with Snowflake's Python connector: seed 001's flow, Kinesis → Snowflake, the table appearing
 //! on the first record and gaining columns, across two kill -9, every record once; Debezium over
 //! Kafka mirrored, equal to the final state, also as a staged stream loading through PUT and
-//! COPY INTO across a kill -9; a sync in upsert mode; key-pair login; nested JSON as VARIANT.
+//! COPY INTO across a kill -9; a sync in upsert mode; key-pair login; nested JSON as VARIANT; a crash between a unit's
+//! position row and its COMMIT, which leaves that transaction open on the server.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -162,6 +163,74 @@ async fn a_staged_debezium_mirror_loads_through_put_and_copy_across_a_kill_9() {
         snow.lines("SELECT count(*) FROM information_schema.tables WHERE table_name LIKE 'customers__sluice_landing%'");
     assert_ne!(landing, ["0"]);
     let (_, metrics) = server.get("/api/streams/m/metrics").await;
+    assert_eq!(metrics["state"], "running", "{metrics}");
+}
+
+/// The process dies inside a unit's transaction, after its position row and before COMMIT
+/// (`SLUICE_CRASH_AT`, as only luck would land a kill -9 there). The dead session's
+/// transaction stays open on the server (fakesnow keeps it for good; Snowflake until it aborts
+/// it), so the restarted stream must not touch a row that transaction wrote or deleted: it
+/// resumes, every record lands once, and the owner's older position rows are pruned. Through
+/// array-bound INSERTs and through staged loads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unit_left_open_by_a_crash_before_commit_does_not_block_the_restarted_stream() {
+    crash_before_commit(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staged_load_left_open_by_a_crash_before_commit_does_not_block_the_restarted_stream() {
+    crash_before_commit(true).await;
+}
+
+async fn crash_before_commit(staged: bool) {
+    let snow = FakeSnow::start();
+    let broker = Broker::start();
+    broker.create_topic("ev", 1);
+    let dir = DataDir::new("dest-snow-crash");
+    let mut server = Server::start_env(&dir.0, &[], &[("SLUICE_CRASH_AT", "snowflake.commit:3")]).await;
+    let mut stream = crate::kafka::kafka_stream("c", "events", &broker, json!(["ev"]));
+    stream["flush"] = json!({"max_rows": 100, "max_wait_ms": 50});
+    stream["destination"] = snow.destination();
+    if staged {
+        stream["destination"]["copy_rows"] = json!(1);
+        stream["stage"] = json!({"every_ms": 200});
+    }
+    server.create_stream(stream).await;
+    const TOTAL: u64 = 2_000;
+    let producer = broker.producer(&[]);
+    let messages: Vec<(Option<String>, Option<String>)> =
+        (0..TOTAL).map(|i| (None, Some(json!({"id": i, "v": format!("v{i}")}).to_string()))).collect();
+    // Produced in steps until the process is gone: the third commit comes after three units
+    // (or loads), however the machine's speed groups the records.
+    let mut sent = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let exit = loop {
+        if let Some(exit) = server.child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(std::time::Instant::now() < deadline, "the crash point was not reached");
+        if sent < 1_000 {
+            produce_keyed(&producer, "ev", &messages[sent..sent + 100]).await;
+            sent += 100;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(!exit.success(), "{exit:?}");
+    let before = snow.count("events");
+    assert!(before > 0 && before < TOTAL as i64, "{before} rows before the restart: two units committed");
+    server = Server::start(&dir.0).await;
+    for chunk in messages[sent..].chunks(200) {
+        produce_keyed(&producer, "ev", chunk).await;
+    }
+    wait_slowly("every record in Snowflake", Duration::from_secs(180), || snow.count("events") >= TOTAL as i64).await;
+    let ids = snow.lines("SELECT \"id\" FROM \"events\"");
+    let distinct: HashSet<&String> = ids.iter().collect();
+    assert_eq!((ids.len(), distinct.len()), (TOTAL as usize, TOTAL as usize), "every record exactly once");
+    // The restarted session's first commit pruned the rows before its own.
+    let positions = snow.lines("SELECT count(*), min(\"seq\") FROM SLUICE_POSITIONS");
+    let (count, oldest) = positions[0].split_once('|').unwrap();
+    assert!(count.parse::<u64>().unwrap() <= 32 && oldest != "1", "{positions:?}");
+    let (_, metrics) = server.get("/api/streams/c/metrics").await;
     assert_eq!(metrics["state"], "running", "{metrics}");
 }
 

@@ -4,8 +4,10 @@
 //! writes, `stage.rs` bulk loads. Each unit is one Snowflake transaction: its rows (array-bound
 //! INSERTs, a mirror's keys deleted first; or, from `copy_rows` rows on, a Parquet file put into
 //! the stage `SLUICE_STAGE` and loaded by `COPY INTO`, through a landing table for keyed
-//! modes), then the stream's position in `SLUICE_POSITIONS`, then COMMIT; a
-//! restart resumes from the position the table holds. Tables are created on the first rows
+//! modes), then a new row with the stream's position in `SLUICE_POSITIONS` (insert-only
+//! inside the transaction, so a transaction left open by a killed process conflicts with
+//! nothing the restarted stream writes), then COMMIT; a restart resumes from the newest
+//! position row. Tables are created on the first rows
 //! and gain columns (`ALTER TABLE … ADD COLUMN`); DDL runs before the transaction, as
 //! Snowflake commits DDL on its own.
 

@@ -14,8 +14,15 @@ use super::client::{Binding, Client};
 use super::stage;
 use crate::sql_table::{Dialect, Literals};
 
-/// Where streams keep their positions, in the destination's schema.
+/// Where streams keep their positions, in the destination's schema: one row per committed
+/// unit, numbered per owner (`seq`); the newest is the position. Rows are only inserted inside
+/// a unit's transaction: a unit that dies between BEGIN and COMMIT (kill -9) leaves its
+/// transaction open on the server until Snowflake aborts it, and a DELETE or UPDATE of a row it
+/// touched would conflict with it. Older rows are pruned outside the transactions.
 const POSITIONS: &str = "SLUICE_POSITIONS";
+
+/// Prune the owner's older position rows after a session's first unit and every this many.
+const PRUNE_EVERY: u64 = 32;
 
 /// Delivers into Snowflake tables.
 pub struct SnowflakeTarget {
@@ -30,12 +37,22 @@ pub struct SnowflakeTarget {
     staged: bool,
     /// The account's stage answered with an upload Sluice cannot make: INSERTs from then on.
     unstageable: bool,
+    /// The `seq` of each owner's newest position row, as read or committed in this session.
+    seqs: HashMap<String, u64>,
 }
 
 impl SnowflakeTarget {
     /// A destination for `config` (logs in on use).
     pub fn new(config: SnowflakeConfig) -> Self {
-        Self { config, client: None, tables: HashMap::new(), failed: false, staged: false, unstageable: false }
+        Self {
+            config,
+            client: None,
+            tables: HashMap::new(),
+            failed: false,
+            staged: false,
+            unstageable: false,
+            seqs: HashMap::new(),
+        }
     }
 
     async fn client(&mut self) -> Result<&Client> {
@@ -49,6 +66,8 @@ impl SnowflakeTarget {
         if result.is_err() {
             self.client = None;
             self.tables.clear();
+            // A COMMIT whose answer was lost may have used the next number: read it again.
+            self.seqs.clear();
         }
         result
     }
@@ -141,13 +160,10 @@ impl SnowflakeTarget {
         for (table, delivery) in tables.iter().zip(deliveries) {
             self.ensure(table, &delivery.schema).await?;
         }
-        let positions = self.qualified(POSITIONS);
-        if stamp.is_some() {
-            let sql = format!(
-                "CREATE TABLE IF NOT EXISTS {positions} (\"owner\" VARCHAR, \"checkpoint\" VARCHAR, \"written_at\" TIMESTAMP_TZ)"
-            );
-            self.client().await?.query(&sql, &[]).await?;
-        }
+        let seq = match stamp {
+            Some(stamp) => Some(self.next_seq(&stamp.owner).await?),
+            None => None,
+        };
         let mut statements: Vec<(String, Vec<Binding>)> = Vec::new();
         for (i, (table, delivery)) in tables.iter().zip(deliveries).enumerate() {
             let big = self.config.copy_rows > 0
@@ -161,12 +177,18 @@ impl SnowflakeTarget {
                 None => statements.extend(self.statements(table, delivery, &variants)?),
             }
         }
-        if let Some(stamp) = stamp {
-            let owner = vec![Some(stamp.owner.clone())];
-            statements.push((format!("DELETE FROM {positions} WHERE \"owner\" = ?"), vec![owner.clone()]));
+        let positions = self.qualified(POSITIONS);
+        if let (Some(stamp), Some(seq)) = (stamp, seq) {
             statements.push((
-                format!("INSERT INTO {positions} (\"owner\", \"checkpoint\", \"written_at\") VALUES (?, ?, CURRENT_TIMESTAMP())"),
-                vec![owner, vec![Some(stamp.checkpoint.clone())]],
+                format!(
+                    "INSERT INTO {positions} (\"owner\", \"checkpoint\", \"seq\", \"written_at\") \
+                     VALUES (?, ?, ?, CURRENT_TIMESTAMP())"
+                ),
+                vec![
+                    vec![Some(stamp.owner.clone())],
+                    vec![Some(stamp.checkpoint.clone())],
+                    vec![Some(seq.to_string())],
+                ],
             ));
         }
         let client = self.client().await?;
@@ -177,7 +199,60 @@ impl SnowflakeTarget {
                 return Err(e);
             }
         }
-        client.query(if commit { "COMMIT" } else { "ROLLBACK" }, &[]).await.map(drop)
+        if commit && stamp.is_some() {
+            sluice_core::crash::point("snowflake.commit");
+        }
+        client.query(if commit { "COMMIT" } else { "ROLLBACK" }, &[]).await?;
+        if let (Some(stamp), Some(seq), true) = (stamp, seq, commit) {
+            let first = self.seqs.insert(stamp.owner.clone(), seq).is_none();
+            if first || seq % PRUNE_EVERY == 0 {
+                self.prune(&stamp.owner, seq).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The positions table, made or given the `seq` column it lacks (a table of an older
+    /// Sluice); DDL, so before the unit's transaction.
+    async fn ensure_positions(&mut self) -> Result<()> {
+        let positions = self.qualified(POSITIONS);
+        let sql = format!(
+            "CREATE TABLE IF NOT EXISTS {positions} (\"owner\" VARCHAR, \"checkpoint\" VARCHAR, \
+             \"seq\" NUMBER(38,0), \"written_at\" TIMESTAMP_TZ)"
+        );
+        self.client().await?.query(&sql, &[]).await?;
+        if !self.columns(POSITIONS).await?.iter().any(|(name, _)| name == "seq") {
+            let sql = format!("ALTER TABLE {positions} ADD COLUMN \"seq\" NUMBER(38,0)");
+            self.client().await?.query(&sql, &[]).await?;
+            self.tables.remove(POSITIONS);
+        }
+        Ok(())
+    }
+
+    /// The number of `owner`'s next position row: one past the newest committed.
+    async fn next_seq(&mut self, owner: &str) -> Result<u64> {
+        if let Some(seq) = self.seqs.get(owner) {
+            return Ok(seq + 1);
+        }
+        self.ensure_positions().await?;
+        let sql = format!("SELECT MAX(\"seq\") FROM {} WHERE \"owner\" = ?", self.qualified(POSITIONS));
+        let rows = self.client().await?.query(&sql, &[vec![Some(owner.to_string())]]).await?;
+        let newest = rows.into_iter().next().and_then(|r| r.into_iter().next().flatten());
+        // NUMBER comes back as text, possibly as `12.0` or `1.2e1`, from some servers.
+        let newest = newest.and_then(|n| n.parse::<f64>().ok()).map_or(0, |n| n as u64);
+        Ok(newest + 1)
+    }
+
+    /// Remove `owner`'s position rows older than `seq`, in a statement of its own. A failure
+    /// only leaves rows for the next prune.
+    async fn prune(&mut self, owner: &str, seq: u64) {
+        let sql = format!("DELETE FROM {} WHERE \"owner\" = ? AND \"seq\" < ?", self.qualified(POSITIONS));
+        let binds = [vec![Some(owner.to_string())], vec![Some(seq.to_string())]];
+        if let Some(client) = &self.client
+            && let Err(e) = client.query(&sql, &binds).await
+        {
+            tracing::warn!(owner, error = %e, "Pruning old Snowflake position rows failed; the next prune retries.");
+        }
     }
 
     /// Put `delivery` (the `n`th of the write) into the stage as one Parquet file in a folder of
@@ -279,7 +354,13 @@ impl SnowflakeTarget {
         if self.columns(POSITIONS).await?.is_empty() {
             return Ok(None);
         }
-        let sql = format!("SELECT \"checkpoint\" FROM {} WHERE \"owner\" = ?", self.qualified(POSITIONS));
+        // The newest row; a table of an older Sluice, without `seq`, holds one row per owner.
+        let order = if self.columns(POSITIONS).await?.iter().any(|(name, _)| name == "seq") {
+            "ORDER BY \"seq\" DESC NULLS LAST LIMIT 1"
+        } else {
+            ""
+        };
+        let sql = format!("SELECT \"checkpoint\" FROM {} WHERE \"owner\" = ? {order}", self.qualified(POSITIONS));
         let rows = self.client().await?.query(&sql, &[vec![Some(owner.to_string())]]).await?;
         Ok(rows.into_iter().next().and_then(|r| r.into_iter().next().flatten()))
     }
