@@ -16,6 +16,8 @@ use sluice_core::{ChangeOp, Error, ErrorKind, MirrorWrite, Result, TableWrite};
 
 use super::db::{db_error, quote};
 
+use super::mirror_positions::{AppliedPositions, Held, KnownPositions, MOST_KEYS};
+
 /// A unit's changes are staged in the connection's temporary catalog: in memory, and never
 /// written to the WAL (the rows they become are). Created by their bare names, which `TEMP`
 /// places there.
@@ -87,6 +89,8 @@ pub(crate) fn apply(
     // Whether a statement may drop staged changes (replays, repeats): only then are the
     // skipped ones looked for.
     let mut dropping = false;
+    // Per change, whether it is a replay, when memory found them.
+    let mut replays: Option<Vec<bool>> = None;
     if ordered {
         // Idempotent by source position: drop truncates at or below the table's highest
         // position, changes at or below the position already applied to their key, and repeats
@@ -143,10 +147,24 @@ pub(crate) fn apply(
             let counted =
                 if mirror.whole_row { format!(" AND __op <> '{}'", ChangeOp::Snapshot.name()) } else { String::new() };
             let (low, top, repeats) = span(mirror);
+            let room = MOST_KEYS.saturating_sub(known.held_besides(&write.table));
             let high = known.high.get_mut(&write.table).expect("remembered above");
+            // Replays are found in memory where the keys allow it; any other statement that
+            // drops changes (a truncate, a repeat) leaves the positions to the SQL.
+            let applied = known.applied.entry(write.table.clone()).or_insert(Held::Unknown);
+            if truncates || repeats || !matches!(applied, Held::Some(p) if p.serves(&write.data, mirror)) {
+                *applied = Held::Unknown;
+            }
             // A change can be a replay only if its position is at or below the highest one
             // applied to the table: past that, no key's stored position can cover it.
-            if low.is_some_and(|low| high.as_deref().is_some_and(|h| low <= h)) {
+            let maybe_replays = low.is_some_and(|low| high.as_deref().is_some_and(|h| low <= h));
+            if maybe_replays && !truncates && !repeats && matches!(applied, Held::Unknown) {
+                let loaded = AppliedPositions::load(conn, &positions_table(&write.table), (&write.data, mirror), room)?;
+                *applied = loaded.map_or(Held::TooMany, Held::Some);
+            }
+            if let (true, Held::Some(positions)) = (maybe_replays && !truncates && !repeats, &*applied) {
+                replays = Some(positions.replays(&write.data, mirror)?);
+            } else if maybe_replays {
                 dropping = true;
                 sql.push_str(&format!(
                     "DELETE FROM {STAGE} s USING sluice.{positions} p \
@@ -173,6 +191,22 @@ pub(crate) fn apply(
             ));
         }
     }
+    // Replays found in memory leave the write before it is staged.
+    let without;
+    let (write, mirror, mut skipped) = match replays.filter(|r| r.contains(&true)) {
+        Some(replays) => {
+            without = super::mirror_positions::without(write, mirror, &replays)?;
+            (&without.0, &without.1, without.2.clone())
+        }
+        None => (write, mirror, Vec::new()),
+    };
+    let room = MOST_KEYS.saturating_sub(known.held_besides(&write.table));
+    if let Some(Held::Some(positions)) = known.applied.get_mut(&write.table)
+        && ordered
+        && !positions.record(&write.data, mirror, room)?
+    {
+        known.applied.insert(write.table.clone(), Held::TooMany);
+    }
     // Where nothing staged can be dropped, the last change per key is found in memory.
     let last = if dropping { None } else { super::mirror_last::last_per_key(&write.data, mirror) };
     let in_memory = last.is_some();
@@ -180,16 +214,14 @@ pub(crate) fn apply(
     if !sql.is_empty() {
         conn.execute_batch(&std::mem::take(&mut sql)).map_err(db_error)?;
     }
-    let skipped: Vec<i64> = if !dropping {
-        Vec::new()
-    } else {
+    if dropping {
         let kept: std::collections::HashSet<i64> =
             sequences(conn, &format!("SELECT DISTINCT __ord FROM {STAGE}"))?.into_iter().collect();
         let mut all = mirror.orders.clone();
         all.sort_unstable();
         all.dedup();
-        all.into_iter().filter(|o| !kept.contains(o)).collect()
-    };
+        skipped = all.into_iter().filter(|o| !kept.contains(o)).collect();
+    }
     // The unit's last truncate: the table is emptied there, and only later changes reach it.
     let last_truncate = match truncates {
         true => sequences(conn, &format!("SELECT max(__ord) FROM {STAGE} WHERE __op = '{truncate}'"))?.pop(),
@@ -299,16 +331,6 @@ fn counted(table: &str, names: &[String], keys: &[String], after: i64) -> String
              FROM {LAST} WHERE __after > __before);
          DROP TABLE {LAST};"
     )
-}
-
-/// What this writer knows of the positions tables, forgotten when a write rolls back.
-#[derive(Debug, Default)]
-pub(crate) struct KnownPositions {
-    /// Tables whose positions table has the columns of a set of keys: not checked again.
-    checked: std::collections::HashSet<(String, Vec<String>)>,
-    /// The highest position applied to each table (whatever its keys were): a unit whose
-    /// changes all lie above it is no replay.
-    high: std::collections::HashMap<String, Option<String>>,
 }
 
 /// The lowest and highest source positions of the unit's row changes (truncates aside), and

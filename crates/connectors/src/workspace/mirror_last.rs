@@ -47,7 +47,7 @@ pub(super) fn last_per_key(data: &RecordBatch, mirror: &MirrorWrite) -> Option<B
 }
 
 /// Types whose values are equal in DuckDB exactly when their bytes are equal in Arrow.
-fn exact(ty: &DataType) -> bool {
+pub(super) fn exact(ty: &DataType) -> bool {
     matches!(
         ty,
         DataType::Boolean

@@ -15,6 +15,7 @@ mod control;
 mod db;
 mod mirror;
 mod mirror_last;
+mod mirror_positions;
 mod query;
 mod registry;
 mod replay;

@@ -96,7 +96,7 @@ fn history_ddl(conn: &Connection, table: &str, change: &SchemaChange) -> Result<
 #[derive(Default)]
 struct Layouts {
     columns: std::collections::HashMap<String, Vec<String>>,
-    positions: super::mirror::KnownPositions,
+    positions: super::mirror_positions::KnownPositions,
 }
 
 impl Layouts {
