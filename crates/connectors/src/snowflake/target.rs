@@ -239,14 +239,26 @@ impl SnowflakeTarget {
         let rows = self.client().await?.query(&sql, &[vec![Some(owner.to_string())]]).await?;
         let newest = rows.into_iter().next().and_then(|r| r.into_iter().next().flatten());
         // NUMBER comes back as text, possibly as `12.0` or `1.2e1`, from some servers.
-        let newest = newest.and_then(|n| n.parse::<f64>().ok()).map_or(0, |n| n as u64);
+        let newest = match newest {
+            None => 0,
+            Some(n) => n.parse::<f64>().map_err(|_| {
+                Error::new(
+                    sluice_core::ErrorKind::Fatal,
+                    format!("Snowflake: {POSITIONS}.seq holds {n:?}, not a number"),
+                )
+            })? as u64,
+        };
         Ok(newest + 1)
     }
 
     /// Remove `owner`'s position rows older than `seq`, in a statement of its own. A failure
     /// only leaves rows for the next prune.
     async fn prune(&mut self, owner: &str, seq: u64) {
-        let sql = format!("DELETE FROM {} WHERE \"owner\" = ? AND \"seq\" < ?", self.qualified(POSITIONS));
+        // A row of an older Sluice has no `seq`: it is older than any row numbered since.
+        let sql = format!(
+            "DELETE FROM {} WHERE \"owner\" = ? AND (\"seq\" < ? OR \"seq\" IS NULL)",
+            self.qualified(POSITIONS)
+        );
         let binds = [vec![Some(owner.to_string())], vec![Some(seq.to_string())]];
         if let Some(client) = &self.client
             && let Err(e) = client.query(&sql, &binds).await

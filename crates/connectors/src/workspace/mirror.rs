@@ -201,8 +201,11 @@ pub(crate) fn apply(
         None => (write, mirror, Vec::new()),
     };
     let room = MOST_KEYS.saturating_sub(known.held_besides(&write.table));
+    // As the positions statement: a unit with keys and no truncate (which leaves them to SQL).
     if let Some(Held::Some(positions)) = known.applied.get_mut(&write.table)
         && ordered
+        && !keys.is_empty()
+        && !truncates
         && !positions.record(&write.data, mirror, room)?
     {
         known.applied.insert(write.table.clone(), Held::TooMany);

@@ -60,26 +60,37 @@ impl AppliedPositions {
     ) -> Result<Option<Self>> {
         let Some(columns) = key_columns(data, mirror) else { return Ok(None) };
         let table = format!("sluice.{}", quote(positions));
+        let types: Vec<DataType> = columns.iter().map(|c| c.data_type().clone()).collect();
+        let names: Vec<String> = mirror.keys.iter().map(|k| quote(k)).collect();
+        let select = format!("SELECT {}, _source_order FROM {table}", names.join(", "));
+        // The columns' types first, from no rows: memory compares the bytes of the write's.
+        let mut stmt = conn.prepare(&format!("{select} LIMIT 0")).map_err(db_error)?;
+        let schema = stmt.query_arrow([]).map_err(db_error)?.get_schema();
+        let stored: Vec<&DataType> = schema.fields().iter().map(|f| f.data_type()).collect();
+        if stored[..names.len()] != types.iter().collect::<Vec<_>>()[..] || stored[names.len()] != &DataType::Utf8 {
+            return Ok(None);
+        }
         let held: i64 = conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0)).map_err(db_error)?;
         if held as usize > room {
             return Ok(None);
         }
-        let types: Vec<DataType> = columns.iter().map(|c| c.data_type().clone()).collect();
         let converter = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect()).map_err(failed)?;
         let mut loaded = Self { keys: mirror.keys.clone(), types, converter, by_key: HashMap::default() };
-        let names: Vec<String> = mirror.keys.iter().map(|k| quote(k)).collect();
-        let sql = format!("SELECT {}, _source_order FROM {table}", names.join(", "));
-        let mut stmt = conn.prepare(&sql).map_err(db_error)?;
+        let mut stmt = conn.prepare(&select).map_err(db_error)?;
         for batch in stmt.query_arrow([]).map_err(db_error)? {
             let keys: Vec<ArrayRef> = batch.columns()[..names.len()].to_vec();
-            if keys.iter().zip(&loaded.types).any(|(k, t)| k.data_type() != t) {
-                return Ok(None);
-            }
             let rows = loaded.converter.convert_columns(&keys).map_err(failed)?;
             let Some(orders) = batch.column(names.len()).as_string_opt::<i32>() else { return Ok(None) };
-            for (i, row) in rows.iter().enumerate() {
-                if orders.is_valid(i) {
-                    loaded.by_key.insert(row.as_ref().into(), orders.value(i).to_string());
+            for (i, row) in rows.iter().enumerate().filter(|(i, _)| orders.is_valid(*i)) {
+                // Rows written under another key set may repeat a key: the highest covers it,
+                // as the SQL's check finds any row at or above a change.
+                let order = orders.value(i);
+                match loaded.by_key.get_mut(row.as_ref()) {
+                    Some(held) if held.as_str() < order => *held = order.to_string(),
+                    Some(_) => {}
+                    None => {
+                        loaded.by_key.insert(row.as_ref().into(), order.to_string());
+                    }
                 }
             }
         }
@@ -249,11 +260,11 @@ mod tests {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(
             "CREATE SCHEMA sluice; CREATE TABLE sluice.\"positions__t\" (id BIGINT, _source_order VARCHAR);
-             INSERT INTO sluice.\"positions__t\" VALUES (1, '10'), (2, '30'), (NULL, '15');",
+             INSERT INTO sluice.\"positions__t\" VALUES (1, '10'), (2, '30'), (NULL, '15'), (2, '24');",
         )
         .unwrap();
         let (write, mirror) = unit(&[1, 2, 3, 2], &["20", "25", "05", "31"]);
-        let mut held = AppliedPositions::load(&conn, "positions__t", (&write.data, &mirror), 3).unwrap().unwrap();
+        let mut held = AppliedPositions::load(&conn, "positions__t", (&write.data, &mirror), 4).unwrap().unwrap();
         assert!(held.serves(&write.data, &mirror));
         let replays = held.replays(&write.data, &mirror).unwrap();
         assert_eq!(replays, [false, true, false, false]);
