@@ -46,7 +46,7 @@ fn read(table: &str, sql: &str, reader: Reader, s3: Option<&str>) -> Option<Vec<
         ),
     };
     let script = format!(
-        "import duckdb, os, sys\nc = duckdb.connect()\n{open}\
+        "import duckdb, os, sys\nc = duckdb.connect(); c.execute('SET enable_progress_bar = false')\n{open}\
          for r in c.execute({sql:?}).fetchall():\n    print('|'.join('-' if v is None else str(v) for v in r))\n\
          sys.stdout.flush()\nos._exit(0)\n"
     );

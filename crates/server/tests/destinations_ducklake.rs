@@ -28,7 +28,7 @@ pub fn read(lake: &Path, sql: &str) -> Option<Vec<String>> {
         "import duckdb, os, sys\n\
          meta = {meta:?}\n\
          if not os.path.exists(meta): sys.exit(3)\n\
-         c = duckdb.connect()\n\
+         c = duckdb.connect(); c.execute('SET enable_progress_bar = false')\n\
          c.execute(\"SET extension_directory = '{ext}'; SET autoinstall_known_extensions = false; \
          SET autoload_known_extensions = false; LOAD ducklake; LOAD sqlite_scanner\")\n\
          c.execute(\"ATTACH 'ducklake:sqlite:\" + meta + \"' AS lake (DATA_PATH '{data}/', READ_ONLY)\")\n\
@@ -252,7 +252,7 @@ async fn a_lake_with_a_postgres_catalog_and_files_on_s3() {
     let host = moto.endpoint.trim_start_matches("http://").to_string();
     let script = format!(
         "import duckdb\n\
-         c = duckdb.connect()\n\
+         c = duckdb.connect(); c.execute('SET enable_progress_bar = false')\n\
          c.execute(\"SET extension_directory = '{ext}'; SET autoinstall_known_extensions = false; \
          SET autoload_known_extensions = false; LOAD ducklake; LOAD postgres_scanner; LOAD httpfs\")\n\
          c.execute(\"CREATE SECRET (TYPE s3, KEY_ID 'test', SECRET 'test', REGION 'us-east-1', ENDPOINT '{host}', \

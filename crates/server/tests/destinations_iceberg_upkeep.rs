@@ -16,7 +16,7 @@ use crate::iceberg_rest::IcebergRest;
 /// catalog, `|`-joined.
 fn duckdb_read(catalog: &IcebergRest, table: &str, sql: &str) -> Vec<String> {
     let script = format!(
-        "import duckdb, os\nc = duckdb.connect()\n\
+        "import duckdb, os\nc = duckdb.connect(); c.execute('SET enable_progress_bar = false')\n\
          c.execute(\"SET extension_directory = '{ext}'; SET autoinstall_known_extensions = false; \
          LOAD httpfs; LOAD avro; LOAD iceberg\")\n\
          c.execute(\"CREATE SECRET s (TYPE iceberg, TOKEN '\" + os.environ['ICEBERG_TOKEN'] + \"')\")\n\

@@ -100,7 +100,7 @@ impl IcebergSql {
             "import duckdb\n\
              from pyiceberg.catalog.sql import SqlCatalog\n\
              m = {catalog}.load_table('bronze.{table}').metadata_location\n\
-             c = duckdb.connect()\n\
+             c = duckdb.connect(); c.execute('SET enable_progress_bar = false')\n\
              c.execute(\"SET extension_directory = '{ext}'; SET autoinstall_known_extensions = false; \
              LOAD httpfs; LOAD avro; LOAD iceberg\")\n\
              {secret}\n\

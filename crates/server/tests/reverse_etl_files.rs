@@ -13,7 +13,7 @@ use crate::reverse_etl::{QUERY, first_events, push, second_events, source};
 /// Rows of files read with Python's duckdb, `id|amount|name|ts` (ts in UTC).
 fn duckdb_rows(read: &str) -> Vec<String> {
     py(&format!(
-        "import duckdb\nc = duckdb.connect()\nc.execute(\"SET TimeZone = 'UTC'\")\n\
+        "import duckdb\nc = duckdb.connect(); c.execute('SET enable_progress_bar = false')\nc.execute(\"SET TimeZone = 'UTC'\")\n\
          for r in c.execute(\"SELECT id, amount, name, strftime(ts::TIMESTAMPTZ, '%Y-%m-%d %H:%M:%S.%f') FROM {read} ORDER BY id\").fetchall():\n    \
          print('|'.join('NULL' if v is None else str(v) for v in r))"
     ))
