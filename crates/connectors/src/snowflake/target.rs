@@ -363,15 +363,13 @@ impl SnowflakeTarget {
     }
 
     async fn read_stamp(&mut self, owner: &str) -> Result<Option<String>> {
-        if self.columns(POSITIONS).await?.is_empty() {
+        let columns = self.columns(POSITIONS).await?;
+        if columns.is_empty() {
             return Ok(None);
         }
         // The newest row; a table of an older Sluice, without `seq`, holds one row per owner.
-        let order = if self.columns(POSITIONS).await?.iter().any(|(name, _)| name == "seq") {
-            "ORDER BY \"seq\" DESC NULLS LAST LIMIT 1"
-        } else {
-            ""
-        };
+        let order =
+            if columns.iter().any(|(name, _)| name == "seq") { "ORDER BY \"seq\" DESC NULLS LAST LIMIT 1" } else { "" };
         let sql = format!("SELECT \"checkpoint\" FROM {} WHERE \"owner\" = ? {order}", self.qualified(POSITIONS));
         let rows = self.client().await?.query(&sql, &[vec![Some(owner.to_string())]]).await?;
         Ok(rows.into_iter().next().and_then(|r| r.into_iter().next().flatten()))

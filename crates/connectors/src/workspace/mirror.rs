@@ -89,8 +89,10 @@ pub(crate) fn apply(
     // Whether a statement may drop staged changes (replays, repeats): only then are the
     // skipped ones looked for.
     let mut dropping = false;
-    // Per change, whether it is a replay, when memory found them.
+    // Per change, whether it is a replay, when memory found them; and how many keys this
+    // table may hold in memory beside the other tables'.
     let mut replays: Option<Vec<bool>> = None;
+    let room = MOST_KEYS.saturating_sub(known.held_besides(&write.table));
     if ordered {
         // Idempotent by source position: drop truncates at or below the table's highest
         // position, changes at or below the position already applied to their key, and repeats
@@ -147,7 +149,6 @@ pub(crate) fn apply(
             let counted =
                 if mirror.whole_row { format!(" AND __op <> '{}'", ChangeOp::Snapshot.name()) } else { String::new() };
             let (low, top, repeats) = span(mirror);
-            let room = MOST_KEYS.saturating_sub(known.held_besides(&write.table));
             let high = known.high.get_mut(&write.table).expect("remembered above");
             // Replays are found in memory where the keys allow it; any other statement that
             // drops changes (a truncate, a repeat) leaves the positions to the SQL.
@@ -200,7 +201,6 @@ pub(crate) fn apply(
         }
         None => (write, mirror, Vec::new()),
     };
-    let room = MOST_KEYS.saturating_sub(known.held_besides(&write.table));
     // As the positions statement: a unit with keys and no truncate (which leaves them to SQL).
     if let Some(Held::Some(positions)) = known.applied.get_mut(&write.table)
         && ordered

@@ -84,14 +84,7 @@ impl AppliedPositions {
             for (i, row) in rows.iter().enumerate().filter(|(i, _)| orders.is_valid(*i)) {
                 // Rows written under another key set may repeat a key: the highest covers it,
                 // as the SQL's check finds any row at or above a change.
-                let order = orders.value(i);
-                match loaded.by_key.get_mut(row.as_ref()) {
-                    Some(held) if held.as_str() < order => *held = order.to_string(),
-                    Some(_) => {}
-                    None => {
-                        loaded.by_key.insert(row.as_ref().into(), order.to_string());
-                    }
-                }
+                loaded.raise(row.as_ref(), orders.value(i));
             }
         }
         Ok(Some(loaded))
@@ -130,16 +123,20 @@ impl AppliedPositions {
         let rows = self.converter.convert_columns(&columns).map_err(failed)?;
         for (i, so) in mirror.source_orders.iter().enumerate() {
             let Some(so) = so.as_deref().filter(|_| mirror.ops[i] != ChangeOp::Truncate) else { continue };
-            let row = rows.row(i);
-            match self.by_key.get_mut(row.as_ref()) {
-                Some(applied) if applied.as_str() < so => *applied = so.to_string(),
-                Some(_) => {}
-                None => {
-                    self.by_key.insert(row.as_ref().into(), so.to_string());
-                }
-            }
+            self.raise(rows.row(i).as_ref(), so);
         }
         Ok(self.by_key.len() <= room)
+    }
+
+    /// The key `row` is applied up to `order`, unless it holds a higher position already.
+    fn raise(&mut self, row: &[u8], order: &str) {
+        match self.by_key.get_mut(row) {
+            Some(applied) if applied.as_str() < order => *applied = order.to_string(),
+            Some(_) => {}
+            None => {
+                self.by_key.insert(row.into(), order.to_string());
+            }
+        }
     }
 }
 
