@@ -253,6 +253,54 @@ async fn predecoded_pushes_that_arrive_during_a_write_share_the_next_unit() {
     assert_eq!(*units.lock().unwrap(), vec![vec![2], vec![3, 4, 5]]);
 }
 
+/// A source with one chunk, and then nothing until the test ends it.
+struct OneThenWait(Option<Chunk>, Arc<tokio::sync::Notify>);
+
+#[async_trait]
+impl Source for OneThenWait {
+    async fn next(&mut self) -> Result<Option<Chunk>> {
+        if let Some(chunk) = self.0.take() {
+            return Ok(Some(chunk));
+        }
+        self.1.notified().await;
+        Ok(None)
+    }
+    async fn commit(&mut self, _position: &Position) -> Result<()> {
+        Ok(())
+    }
+    async fn abort(&mut self, _error: &Error) {}
+}
+
+/// A sink that notes the (paused) clock at each write and then ends the source.
+struct ClockSink(Arc<Mutex<Vec<tokio::time::Instant>>>, Arc<tokio::sync::Notify>);
+
+#[async_trait]
+impl Sink for ClockSink {
+    async fn write(&self, _unit: std::sync::Arc<WriteUnit>) -> Result<()> {
+        self.0.lock().unwrap().push(tokio::time::Instant::now());
+        self.1.notify_one();
+        Ok(())
+    }
+}
+
+/// With `linger_ms` 0, a unit takes what is here and is written at once. The loop used to ask
+/// a timer set to now whether more had come, and such a timer fires only at the timer's next
+/// millisecond tick: up to a millisecond per unit, a fifth of the push bench's rate. With the
+/// clock paused, the write must happen at the very instant the chunk arrived.
+#[tokio::test(start_paused = true)]
+async fn with_no_linger_a_unit_is_written_without_waiting_on_a_timer() {
+    // Off the millisecond, so that a timer set to now would move the paused clock on.
+    tokio::time::advance(std::time::Duration::from_micros(500)).await;
+    let ended = Arc::new(tokio::sync::Notify::new());
+    let writes = Arc::new(Mutex::new(Vec::new()));
+    let mut source = OneThenWait(chunks(1).pop_front(), ended.clone());
+    let sink = Arc::new(ClockSink(writes.clone(), ended));
+    let mut decoder = Decoder::new("t".into(), MetadataConfig::default(), HashMap::new());
+    let start = tokio::time::Instant::now();
+    run_stream(&mut source, &mut decoder, sink, &FlushConfig::default()).await.unwrap();
+    assert_eq!(*writes.lock().unwrap(), [start], "the unit was written without the clock moving");
+}
+
 /// A chunk of a snapshot's copy of table `t`: one row, `p`; the first clears the table, the
 /// last completes the copy.
 fn copy_chunk(p: i64, clear: bool, last: bool) -> Chunk {
