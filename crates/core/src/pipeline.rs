@@ -229,9 +229,13 @@ async fn gather(
     let mut chunks = vec![first];
     while !flush && rows < s.flush.max_rows && bytes < s.flush.max_bytes {
         let holds = predecoded && !inflight.is_empty();
-        let next = if !holds && linger.is_zero() {
-            // Only what is here already: a timer set to now would fire at the timer's next
-            // tick, up to a millisecond later, once per unit (a fifth of the push bench's rate).
+        let next = if predecoded && inflight.is_empty() && linger.is_zero() {
+            // Pushes with no write in flight: only what is here already. A timer set to now
+            // would fire at the timer's next tick, up to a millisecond later, while the pushes'
+            // clients wait for their commit and nothing else is done (a fifth of the push
+            // bench's rate). A broker's messages keep that wait, which gathers more of them into
+            // the unit: without it Kafka → workspace ran 4-8% slower in two pairs of runs, within
+            // this machine's noise but not shown to be harmless (BENCHMARKS.md).
             match ready_now(s.source) {
                 Some(next) => next,
                 None => break,

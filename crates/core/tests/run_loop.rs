@@ -198,16 +198,10 @@ impl Sink for GatedSink {
     }
 }
 
-/// Pushes the edge decoded into columns that arrive while a write is in flight all go into
-/// the next unit (they cost the loop nothing to decode, so it takes them until the write is
-/// done); before, the next unit was fixed at the first of them, and the rest waited for a
-/// write more.
-#[tokio::test]
-async fn predecoded_pushes_that_arrive_during_a_write_share_the_next_unit() {
-    use sluice_core::decode::Edge;
+/// A decoder of table `t` (`p` BIGINT) whose edge decodes pushes into columns.
+fn decoder_with_edge() -> (Decoder, Arc<sluice_core::decode::Edge>) {
     use sluice_core::schema::Column;
-    use tokio::sync::Semaphore;
-    let edge = Edge::new();
+    let edge = sluice_core::decode::Edge::new();
     let table =
         sluice_core::TableSchema::existing(vec![Column { name: "p".into(), ty: sluice_core::ColumnType::Bigint }]);
     let mut decoder = Decoder::new("t".into(), MetadataConfig::default(), HashMap::from([("t".to_string(), table)]))
@@ -215,18 +209,32 @@ async fn predecoded_pushes_that_arrive_during_a_write_share_the_next_unit() {
     // A first unit publishes the table's columns to the edge.
     let (_, pending) = decoder.decode(chunks(1).pop_front().unwrap().records, 1).unwrap();
     decoder.commit(pending);
-    let push = |p: i64| {
-        let body = bytes::Bytes::from(format!(r#"{{"p": {p}}}"#));
-        let (payload, _) = edge.decode_body(&body, &RecordMeta::default()).unwrap().unwrap();
-        assert!(matches!(payload, Payload::Decoded(_)), "decoded at the edge");
-        Chunk {
-            records: vec![Record { payload, meta: RecordMeta::default() }],
-            bytes: 10,
-            position: Position(json!(p)),
-            arrived: Instant::now(),
-            flush: false,
-        }
-    };
+    (decoder, edge)
+}
+
+/// A push of `{"p": p}`, decoded at `edge`.
+fn pushed(edge: &sluice_core::decode::Edge, p: i64) -> Chunk {
+    let body = bytes::Bytes::from(format!(r#"{{"p": {p}}}"#));
+    let (payload, _) = edge.decode_body(&body, &RecordMeta::default()).unwrap().unwrap();
+    assert!(matches!(payload, Payload::Decoded(_)), "decoded at the edge");
+    Chunk {
+        records: vec![Record { payload, meta: RecordMeta::default() }],
+        bytes: 10,
+        position: Position(json!(p)),
+        arrived: Instant::now(),
+        flush: false,
+    }
+}
+
+/// Pushes the edge decoded into columns that arrive while a write is in flight all go into
+/// the next unit (they cost the loop nothing to decode, so it takes them until the write is
+/// done); before, the next unit was fixed at the first of them, and the rest waited for a
+/// write more.
+#[tokio::test]
+async fn predecoded_pushes_that_arrive_during_a_write_share_the_next_unit() {
+    use tokio::sync::Semaphore;
+    let (mut decoder, edge) = decoder_with_edge();
+    let push = |p: i64| pushed(&edge, p);
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
     let units = Arc::new(Mutex::new(Vec::new()));
@@ -283,19 +291,20 @@ impl Sink for ClockSink {
     }
 }
 
-/// With `linger_ms` 0, a unit takes what is here and is written at once. The loop used to ask
-/// a timer set to now whether more had come, and such a timer fires only at the timer's next
-/// millisecond tick: up to a millisecond per unit, a fifth of the push bench's rate. With the
-/// clock paused, the write must happen at the very instant the chunk arrived.
+/// With `linger_ms` 0 and no write in flight, a unit of pushes takes what is here and is
+/// written at once. The loop used to ask a timer set to now whether more had come, and such a
+/// timer fires only at the timer's next millisecond tick: up to a millisecond per unit while
+/// the pushes' clients waited, a fifth of the push bench's rate. With the clock paused, the
+/// write must happen at the very instant the push arrived.
 #[tokio::test(start_paused = true)]
 async fn with_no_linger_a_unit_is_written_without_waiting_on_a_timer() {
     // Off the millisecond, so that a timer set to now would move the paused clock on.
     tokio::time::advance(std::time::Duration::from_micros(500)).await;
     let ended = Arc::new(tokio::sync::Notify::new());
     let writes = Arc::new(Mutex::new(Vec::new()));
-    let mut source = OneThenWait(chunks(1).pop_front(), ended.clone());
+    let (mut decoder, edge) = decoder_with_edge();
+    let mut source = OneThenWait(Some(pushed(&edge, 2)), ended.clone());
     let sink = Arc::new(ClockSink(writes.clone(), ended));
-    let mut decoder = Decoder::new("t".into(), MetadataConfig::default(), HashMap::new());
     let start = tokio::time::Instant::now();
     run_stream(&mut source, &mut decoder, sink, &FlushConfig::default()).await.unwrap();
     assert_eq!(*writes.lock().unwrap(), [start], "the unit was written without the clock moving");
