@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -229,27 +230,29 @@ async fn gather(
     let mut chunks = vec![first];
     while !flush && rows < s.flush.max_rows && bytes < s.flush.max_bytes {
         let holds = predecoded && !inflight.is_empty();
-        let next = if predecoded && inflight.is_empty() && linger.is_zero() {
-            // Pushes with no write in flight: only what is here already. A timer set to now
-            // would fire at the timer's next tick, up to a millisecond later, while the pushes'
-            // clients wait for their commit and nothing else is done (a fifth of the push
-            // bench's rate). A broker's messages keep that wait, which gathers more of them into
-            // the unit: without it Kafka → workspace ran 4-8% slower in two pairs of runs, within
-            // this machine's noise but not shown to be harmless (BENCHMARKS.md).
-            match ready_now(s.source) {
-                Some(next) => next,
-                None => break,
-            }
-        } else {
-            let wake = if holds { deadline } else { deadline.min(tokio::time::Instant::now() + linger) };
-            tokio::select! {
-                next = tokio::time::timeout_at(wake, s.source.next()) => match next {
-                    Ok(next) => next,
-                    Err(_) => break,
-                },
-                done = join(inflight), if !inflight.is_empty() => {
-                    *durable = finish(s, inflight, done).await?;
-                    continue;
+        // Pushes with no write in flight take only what is here already. A timer set to now
+        // would fire at the timer's next tick, up to a millisecond later, while the pushes'
+        // clients wait for their commit and nothing else is done (a fifth of the push bench's
+        // rate). A broker's messages keep that wait, which gathers more of them into the unit:
+        // without it Kafka → workspace ran 6-8% slower in two pairs of runs, within this
+        // machine's noise but not shown to be harmless (BENCHMARKS.md).
+        let ready = (predecoded && inflight.is_empty() && linger.is_zero()).then(|| ready_now(s.source));
+        let next = match ready {
+            Some(Poll::Ready(next)) => next,
+            // Nothing here, unless the task's cooperative budget ran out: then the source
+            // answers Pending whatever it holds, and the wait below goes on with a new budget.
+            Some(Poll::Pending) if tokio::task::coop::has_budget_remaining() => break,
+            _ => {
+                let wake = if holds { deadline } else { deadline.min(tokio::time::Instant::now() + linger) };
+                tokio::select! {
+                    next = tokio::time::timeout_at(wake, s.source.next()) => match next {
+                        Ok(next) => next,
+                        Err(_) => break,
+                    },
+                    done = join(inflight), if !inflight.is_empty() => {
+                        *durable = finish(s, inflight, done).await?;
+                        continue;
+                    }
                 }
             }
         };
@@ -263,15 +266,10 @@ async fn gather(
     Ok((chunks, false))
 }
 
-/// The source's next chunk if one is here now, else `None` at once. A timer set to now would
-/// wait for the timer's next tick, up to a millisecond, each time nothing is here.
-fn ready_now(source: &mut dyn Source) -> Option<Result<Option<Chunk>>> {
-    let mut next = source.next();
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match next.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(chunk) => Some(chunk),
-        std::task::Poll::Pending => None,
-    }
+/// The source's next chunk if one is here now, else `Pending` at once (the source's `next` is
+/// cancel-safe, so the dropped call loses nothing).
+fn ready_now(source: &mut dyn Source) -> Poll<Result<Option<Chunk>>> {
+    source.next().as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
 }
 
 /// Whether every event of `chunk` was decoded into columns at the edge.
