@@ -261,32 +261,14 @@ async fn predecoded_pushes_that_arrive_during_a_write_share_the_next_unit() {
     assert_eq!(*units.lock().unwrap(), vec![vec![2], vec![3, 4, 5]]);
 }
 
-/// A source with one chunk, and then nothing until the test ends it.
-struct OneThenWait(Option<Chunk>, Arc<tokio::sync::Notify>);
-
-#[async_trait]
-impl Source for OneThenWait {
-    async fn next(&mut self) -> Result<Option<Chunk>> {
-        if let Some(chunk) = self.0.take() {
-            return Ok(Some(chunk));
-        }
-        self.1.notified().await;
-        Ok(None)
-    }
-    async fn commit(&mut self, _position: &Position) -> Result<()> {
-        Ok(())
-    }
-    async fn abort(&mut self, _error: &Error) {}
-}
-
-/// A sink that notes the (paused) clock at each write and then ends the source.
-struct ClockSink(Arc<Mutex<Vec<tokio::time::Instant>>>, Arc<tokio::sync::Notify>);
+/// A sink that notes the (paused) clock at each write, then ends its [`ChannelSource`].
+struct ClockSink(Arc<Mutex<Vec<tokio::time::Instant>>>, Mutex<Option<tokio::sync::mpsc::UnboundedSender<Chunk>>>);
 
 #[async_trait]
 impl Sink for ClockSink {
     async fn write(&self, _unit: std::sync::Arc<WriteUnit>) -> Result<()> {
         self.0.lock().unwrap().push(tokio::time::Instant::now());
-        self.1.notify_one();
+        self.1.lock().unwrap().take();
         Ok(())
     }
 }
@@ -300,11 +282,12 @@ impl Sink for ClockSink {
 async fn with_no_linger_a_unit_is_written_without_waiting_on_a_timer() {
     // Off the millisecond, so that a timer set to now would move the paused clock on.
     tokio::time::advance(std::time::Duration::from_micros(500)).await;
-    let ended = Arc::new(tokio::sync::Notify::new());
     let writes = Arc::new(Mutex::new(Vec::new()));
     let (mut decoder, edge) = decoder_with_edge();
-    let mut source = OneThenWait(Some(pushed(&edge, 2)), ended.clone());
-    let sink = Arc::new(ClockSink(writes.clone(), ended));
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tx.send(pushed(&edge, 2)).unwrap();
+    let mut source = ChannelSource(rx);
+    let sink = Arc::new(ClockSink(writes.clone(), Mutex::new(Some(tx))));
     let start = tokio::time::Instant::now();
     run_stream(&mut source, &mut decoder, sink, &FlushConfig::default()).await.unwrap();
     assert_eq!(*writes.lock().unwrap(), [start], "the unit was written without the clock moving");
