@@ -17,7 +17,7 @@ use crate::supervisor::{SaveError, Supervisor};
 use crate::syncs::Syncs;
 
 /// Limits on user SQL (`/api/sql`) and on push bodies held at once. DuckDB's memory limit, the whole workspace's (DuckDB has no
-/// per-query cap), is set when it opens: `SLUICE_DUCKDB_MEMORY`, 128MB by default.
+/// per-query cap), is set when it opens: `SLUICE_DUCKDB_MEMORY`, 112MB by default.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Limits {
     /// Longest an `/api/sql` query may run, in milliseconds; a request's `timeout_ms` may ask for

@@ -183,6 +183,41 @@ async fn a_wide_table_takes_a_push_in_well_under_a_second() {
     assert_eq!(server.count("w").await, 6);
 }
 
+/// A write that needs more of DuckDB's memory than the limit allows says nothing of its rows:
+/// it is retried, with the stream `retrying` and a message naming the limit, and nothing goes to
+/// the ledger (before, the rows were taken for refused ones and every one was ledgered). With
+/// the default limit, after a restart, the same push lands once.
+#[tokio::test]
+async fn a_write_out_of_duckdb_memory_is_retried_and_never_ledgered() {
+    let dir = DataDir::new("out-of-memory");
+    let server = Server::start_env(&dir.0, &[], &[("SLUICE_DUCKDB_MEMORY", "64MB")]).await;
+    let key = server.create_stream(json!({"name": "s", "table": "w"})).await;
+    let wide: serde_json::Map<String, Value> = (0..2000).map(|i| (format!("c{i}"), Value::from(i))).collect();
+    let body = Value::Object(wide).to_string();
+    // The push waits for a commit that cannot come while the limit stands.
+    let (http, url, k, b) = (server.http.clone(), server.url("/api/streams/s/push"), key.clone(), body.clone());
+    let waiting = tokio::spawn(async move { http.post(url).bearer_auth(k).body(b).send().await.map(|r| r.status()) });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let metrics = loop {
+        let (_, metrics) = server.get("/api/streams/s/metrics").await;
+        if metrics["state"] == "retrying" {
+            break metrics;
+        }
+        assert!(Instant::now() < deadline, "the write was not retried: {metrics}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let error = metrics["last_error"].as_str().unwrap_or_default();
+    assert!(error.contains("SLUICE_DUCKDB_MEMORY"), "{metrics}");
+    assert!(!waiting.is_finished(), "the push was answered before its rows were committed");
+    assert_eq!(server.sql("SELECT count(*) AS n FROM sluice.rejects").await[0]["n"], 0);
+    server.kill9();
+    waiting.abort();
+    let server = Server::start(&dir.0).await;
+    assert_eq!(server.push("s", &key, body).await.0, 202);
+    assert_eq!(server.count("w").await, 1);
+    assert_eq!(server.sql("SELECT count(*) AS n FROM sluice.rejects").await[0]["n"], 0);
+}
+
 #[tokio::test]
 async fn patches_under_load_answer_pushes_202_or_503_never_404() {
     let dir = DataDir::new("patch-load");

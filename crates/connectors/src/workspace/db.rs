@@ -127,9 +127,21 @@ pub fn quote(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
 }
 
-/// Map a DuckDB error to a kind: write conflicts may pass on retry, the rest stops.
+/// Map a DuckDB error to a kind: write conflicts may pass on retry, the rest stops. Running
+/// out of DuckDB's memory is retried too: it says nothing of the rows (a unit refused for good
+/// would have its rows sent to the ledger), and memory frees when queries end; a write that
+/// needs more than the limit holds the stream, `retrying`, with this message, until the limit
+/// is raised.
 pub(crate) fn db_error(e: duckdb::Error) -> Error {
     let text = e.to_string();
+    if text.contains("Out of Memory") || text.contains("could not allocate block") {
+        let message = format!(
+            "the workspace ran out of DuckDB's memory (SLUICE_DUCKDB_MEMORY, {} by default): \
+             raise it, or end the queries holding it",
+            super::DUCKDB_MEMORY
+        );
+        return Error::new(ErrorKind::Transient, message).with_source(e);
+    }
     let kind =
         if text.contains("Conflict") || text.contains("conflict") { ErrorKind::Transient } else { ErrorKind::Fatal };
     Error::new(kind, "workspace error").with_source(e)

@@ -80,8 +80,10 @@ CREATE TABLE IF NOT EXISTS sluice.sync_runs (
     rows_sent BIGINT, inserted BIGINT, updated BIGINT, deleted BIGINT, detect_ms BIGINT, error VARCHAR);
 "#;
 
-/// DuckDB's memory limit unless `SLUICE_DUCKDB_MEMORY` says otherwise.
-pub const DUCKDB_MEMORY: &str = "128MB";
+/// DuckDB's memory limit unless `SLUICE_DUCKDB_MEMORY` says otherwise: the least that takes a
+/// row of a 2,000-column table (the decoder's limit; 104MB does not), which keeps a server that
+/// took 1M pushed events and then 50k events/s for 60 s under 250 MiB RSS (BENCHMARKS.md).
+pub const DUCKDB_MEMORY: &str = "112MB";
 
 /// An open workspace: the owner of the database that hands out its roles. Cheap to clone; all
 /// clones share one database.

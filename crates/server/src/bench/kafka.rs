@@ -32,6 +32,9 @@ pub struct KafkaBenchArgs {
     /// The stream's `stage` (JSON), with `--destination`: a staged bulk load.
     #[arg(long)]
     pub stage: Option<String>,
+    /// The stream's `flush` (JSON, as in a stream's config), to compare unit sizes.
+    #[arg(long)]
+    pub flush: Option<String>,
     /// A librdkafka consumer property, `name=value`, given to both the raw consumer and the
     /// stream's source (`properties`); repeatable. `fetch.wait.max.ms` is 10 unless given:
     /// tansu holds every fetch for the whole of that wait, so librdkafka's default of 500 ms
@@ -100,13 +103,14 @@ pub async fn run(mut args: KafkaBenchArgs) -> Result<(), String> {
         .transpose()
         .map_err(|e| format!("--destination: {e}"))?;
     let into = if destination.is_some() { "destination table" } else { "table" };
-    let stage = args
-        .stage
-        .as_deref()
-        .map(serde_json::from_str::<serde_json::Value>)
-        .transpose()
-        .map_err(|e| format!("--stage: {e}"))?;
-    let (sluice_secs, rss, cpu) = super::time_stream("kafka", source, destination, stage, args.events).await?;
+    let mut extra = serde_json::Map::new();
+    for (field, text) in [("stage", &args.stage), ("flush", &args.flush)] {
+        if let Some(text) = text {
+            let value = serde_json::from_str(text).map_err(|e| format!("--{field}: {e}"))?;
+            extra.insert(field.to_string(), value);
+        }
+    }
+    let (sluice_secs, rss, cpu) = super::time_stream("kafka", source, destination, extra, args.events).await?;
 
     let mb = bytes as f64 / 1e6;
     println!("events: {} ({mb:.1} MB of values), topic with {} partitions", args.events, args.partitions);

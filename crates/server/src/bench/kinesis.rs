@@ -82,7 +82,8 @@ pub async fn run(args: KinesisBenchArgs) -> Result<(), String> {
     eprintln!("sluice");
     let source = json!({"type": "kinesis", "stream": stream, "region": "us-east-1", "endpoint": args.endpoint,
                         "credentials": {"access_key_id": "bench", "secret_access_key": "bench"}});
-    let (sluice_secs, rss, cpu) = super::time_stream("kinesis", source, None, None, args.events).await?;
+    let (sluice_secs, rss, cpu) =
+        super::time_stream("kinesis", source, None, serde_json::Map::new(), args.events).await?;
 
     let mb = bytes as f64 / 1e6;
     let rate = |secs: f64| (args.events as f64 / secs, mb / secs);

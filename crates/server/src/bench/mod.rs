@@ -188,6 +188,14 @@ async fn bench(args: &BenchArgs, dir: &Path) -> Result<Report, String> {
     if stored != args.events as i64 {
         return Err(format!("stored {stored} rows, pushed {}", args.events));
     }
+    // Each misfit value (text where the column holds numbers) is a ledger row, its event stored.
+    if transform.is_none() {
+        let ledger = server.ledger_rows(&http, "bench").await?;
+        if ledger != misfits as i64 {
+            return Err(format!("the ledger holds {ledger} rows, the events carried {misfits} misfit values"));
+        }
+        eprintln!("ledger: {ledger} rows, one per misfit value");
+    }
 
     eprintln!("latency: {} events/s for {} s in pushes of {}", args.rate, args.seconds, args.latency_batch);
     let latency = latency_run(args, &server, &http, &key).await?;
@@ -288,14 +296,15 @@ fn in_destination(metrics: &Value) -> Option<i64> {
     Some(metrics["rows_written"].as_i64()? - pending)
 }
 
-/// In a throwaway server, a stream `bench` reading `source` into table `bench`: seconds from
-/// its creation until `events` rows are queryable, the server's peak RSS (KiB) and the CPU
-/// seconds it used (user and system, all threads).
+/// In a throwaway server, a stream `bench` reading `source` into table `bench` (with the
+/// stream's fields in `extra`, such as `stage` or `flush`): seconds from its creation until
+/// `events` rows are queryable, the server's peak RSS (KiB) and the CPU seconds it used (user
+/// and system, all threads).
 async fn time_stream(
     label: &str,
     source: Value,
     destination: Option<Value>,
-    stage: Option<Value>,
+    extra: serde_json::Map<String, Value>,
     events: usize,
 ) -> Result<(f64, u64, f64), String> {
     let dir = std::env::temp_dir().join(format!("sluice-bench-{label}-{}", std::process::id()));
@@ -304,11 +313,11 @@ async fn time_stream(
     let http = server.client()?;
     let t = Instant::now();
     let mut config = json!({"name": "bench", "table": "bench", "source": source});
+    for (field, value) in extra {
+        config[field] = value;
+    }
     let secs = if let Some(destination) = destination {
         config["destination"] = destination;
-        if let Some(stage) = stage {
-            config["stage"] = stage;
-        }
         server.create(&http, config).await?;
         server.wait_written(&http, "bench", events, t).await
     } else {
@@ -384,6 +393,14 @@ impl ServerProcess {
         let status = r.status();
         let body: Value = r.json().await.map_err(|e| e.to_string())?;
         if status.is_success() { Ok(body) } else { Err(format!("create failed: {body}")) }
+    }
+
+    /// Rows of the ledger (`sluice.rejects`) for `stream`.
+    async fn ledger_rows(&self, http: &reqwest::Client, stream: &str) -> Result<i64, String> {
+        let sql = format!("SELECT count(*) AS n FROM sluice.rejects WHERE stream = '{stream}'");
+        let r = http.post(format!("{}/api/sql", self.base)).json(&json!({"sql": sql})).send().await;
+        let body: Value = r.map_err(|e| e.to_string())?.json().await.map_err(|e| e.to_string())?;
+        body["rows"][0]["n"].as_i64().ok_or_else(|| format!("ledger count failed: {body}"))
     }
 
     async fn count(&self, http: &reqwest::Client, table: &str) -> Result<i64, String> {
