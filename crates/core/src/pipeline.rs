@@ -433,7 +433,11 @@ async fn write(
                 tracing::warn!(stream = %name, error = %e, "Write failed; retrying.");
                 let state = if e.kind() == crate::ErrorKind::Connect { "reconnecting" } else { "retrying" };
                 metrics.set_state(state, Some(e.to_string()));
-                tokio::time::sleep(backoff).await;
+                // A stop ends the wait: the unit was not committed, so nothing is lost.
+                tokio::select! {
+                    () = cancel.cancelled() => return Err(e),
+                    () = tokio::time::sleep(backoff) => {}
+                }
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
             // Refused for good: find the rows at fault and write the rest, once. A config
@@ -453,6 +457,17 @@ async fn write(
                         unit = Arc::from(cleaned);
                     }
                     Isolated::NotData => return Err(e),
+                    // A try failed with an error that may pass: nothing was decided, so the unit
+                    // is written again after a wait, and isolated again should it be refused.
+                    Isolated::Retry => {
+                        isolated = false;
+                        tracing::warn!(stream = %name, error = %e, "Finding the refused rows met an error that may pass; retrying.");
+                        tokio::select! {
+                            () = cancel.cancelled() => return Err(e),
+                            () = tokio::time::sleep(backoff) => {}
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                    }
                 }
             }
             Err(e) => return Err(e),

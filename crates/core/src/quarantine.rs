@@ -25,6 +25,24 @@ pub enum Isolated {
     Cleaned(Box<WriteUnit>, usize),
     /// The sink cannot try writes, or refuses even a unit without rows: not the data's fault.
     NotData,
+    /// A try failed with an error that may pass (out of memory, a conflict): it says nothing of
+    /// the rows, so nothing was decided; the unit is written again as it is.
+    Retry,
+}
+
+/// What one try of a part came to.
+enum Try {
+    Taken,
+    Refused,
+    Undecided,
+}
+
+async fn try_part(sink: &dyn Sink, lane: usize, unit: WriteUnit) -> Try {
+    match sink.probe_on(lane, Arc::new(unit)).await {
+        Some(Ok(())) => Try::Taken,
+        Some(Err(e)) if e.is_retryable() => Try::Undecided,
+        _ => Try::Refused,
+    }
 }
 
 /// Find what `sink` refuses in `unit`, which it refused with `error`, trying parts on `lane`
@@ -34,18 +52,23 @@ pub async fn isolate(sink: &dyn Sink, unit: &WriteUnit, error: &Error, lane: usi
     match sink.probe_on(lane, Arc::new(unit.clone())).await {
         None => return Isolated::NotData,
         Some(Ok(())) => return Isolated::Unchanged,
+        Some(Err(e)) if e.is_retryable() => return Isolated::Retry,
         Some(Err(_)) => {}
     }
     // Without any table the unit must go through, or the fault is not in the rows.
-    if !matches!(sink.probe_on(lane, Arc::new(part(unit, Vec::new()))).await, Some(Ok(()))) {
-        return Isolated::NotData;
+    match try_part(sink, lane, part(unit, Vec::new())).await {
+        Try::Taken => {}
+        Try::Refused => return Isolated::NotData,
+        Try::Undecided => return Isolated::Retry,
     }
     let reason = format!("the destination refused this row: {error}");
     let mut extra = Rejects::default();
     let mut tables = Vec::with_capacity(unit.tables.len());
     let mut refused = 0usize;
     for write in &unit.tables {
-        let keep = refused_rows(sink, lane, unit, write, &mut probes).await;
+        let Some(keep) = refused_rows(sink, lane, unit, write, &mut probes).await else {
+            return Isolated::Retry;
+        };
         let bad: Vec<usize> = (0..write.data.num_rows()).filter(|i| !keep[*i]).collect();
         if bad.is_empty() {
             tables.push(write.clone());
@@ -95,14 +118,15 @@ fn part(unit: &WriteUnit, tables: Vec<TableWrite>) -> WriteUnit {
     }
 }
 
-/// Which rows of `write` the sink takes (`true`) and which it refuses.
+/// Which rows of `write` the sink takes (`true`) and which it refuses; `None` when a try failed
+/// with an error that may pass, which tells nothing of the rows.
 async fn refused_rows(
     sink: &dyn Sink,
     lane: usize,
     unit: &WriteUnit,
     write: &TableWrite,
     probes: &mut usize,
-) -> Vec<bool> {
+) -> Option<Vec<bool>> {
     let n = write.data.num_rows();
     let mut keep = vec![true; n];
     let tries = |rows: std::ops::Range<usize>| {
@@ -113,8 +137,10 @@ async fn refused_rows(
     // The table's schema changes alone: if they are refused, so is every row.
     let ddl_only = tries(0..0).unwrap_or_else(|| part(unit, Vec::new()));
     *probes += 1;
-    if !matches!(sink.probe_on(lane, Arc::new(ddl_only)).await, Some(Ok(()))) {
-        return vec![false; n];
+    match try_part(sink, lane, ddl_only).await {
+        Try::Taken => {}
+        Try::Refused => return Some(vec![false; n]),
+        Try::Undecided => return None,
     }
     let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
     ranges.push(0..n);
@@ -129,8 +155,10 @@ async fn refused_rows(
         }
         *probes += 1;
         let Some(try_unit) = tries(range.clone()) else { continue };
-        if matches!(sink.probe_on(lane, Arc::new(try_unit)).await, Some(Ok(()))) {
-            continue;
+        match try_part(sink, lane, try_unit).await {
+            Try::Taken => continue,
+            Try::Refused => {}
+            Try::Undecided => return None,
         }
         if range.len() == 1 {
             keep[range.start] = false;
@@ -140,7 +168,7 @@ async fn refused_rows(
         ranges.push(mid..range.end);
         ranges.push(range.start..mid);
     }
-    keep
+    Some(keep)
 }
 
 /// `write` with only the rows where `mask` is true; `None` when that leaves no rows and there

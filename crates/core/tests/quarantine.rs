@@ -36,6 +36,8 @@ struct RefusingSink {
     refuse_tables: bool,
     stored: Mutex<Vec<i64>>,
     ledger: Mutex<Vec<(String, String)>>,
+    /// Tries that fail with an error that may pass (out of memory) before tries work.
+    flaky_probes: Mutex<usize>,
 }
 
 impl RefusingSink {
@@ -76,6 +78,11 @@ impl Sink for RefusingSink {
     }
 
     async fn probe(&self, unit: Arc<WriteUnit>) -> Option<Result<()>> {
+        let mut flaky = self.flaky_probes.lock().unwrap();
+        if *flaky > 0 {
+            *flaky -= 1;
+            return Some(Err(Error::new(ErrorKind::Transient, "out of memory")));
+        }
         Some(self.check(&unit).map(|_| ()))
     }
 }
@@ -125,4 +132,19 @@ async fn a_refusal_that_is_not_about_rows_still_stops_the_stream() {
     assert_eq!(commits, [5]);
     assert!(sink.stored.lock().unwrap().is_empty());
     assert_eq!(sink.ledger.lock().unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn a_try_that_fails_with_an_error_that_may_pass_decides_nothing() {
+    // The first two tries run out of memory: each ends the search undecided and the unit is
+    // written again; then the search finds the one refused row. Before, a failed try counted as
+    // refused rows: the stream stopped (the empty unit's try "refused"), or rows were ledgered.
+    let sink = Arc::new(RefusingSink { poison: vec![3], flaky_probes: Mutex::new(2), ..RefusingSink::default() });
+    let (result, commits) = drive(sink.clone(), 10).await;
+    assert_eq!(result.unwrap().sequence, 10);
+    assert_eq!(commits, [10]);
+    assert_eq!(*sink.stored.lock().unwrap(), [1, 2, 4, 5, 6, 7, 8, 9, 10]);
+    let ledger = sink.ledger.lock().unwrap().clone();
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    assert_eq!(ledger[0].0, r#"{"p":3}"#);
 }

@@ -134,17 +134,28 @@ pub fn quote(ident: &str) -> String {
 /// is raised.
 pub(crate) fn db_error(e: duckdb::Error) -> Error {
     let text = e.to_string();
-    if text.contains("Out of Memory") || text.contains("could not allocate block") {
+    if out_of_memory(&text) {
+        let limit = std::env::var("SLUICE_DUCKDB_MEMORY").unwrap_or_else(|_| super::DUCKDB_MEMORY.to_string());
         let message = format!(
-            "the workspace ran out of DuckDB's memory (SLUICE_DUCKDB_MEMORY, {} by default): \
-             raise it, or end the queries holding it",
-            super::DUCKDB_MEMORY
+            "the workspace ran out of DuckDB's memory (SLUICE_DUCKDB_MEMORY, now {limit}): raise it, \
+             or end the queries holding it"
         );
         return Error::new(ErrorKind::Transient, message).with_source(e);
     }
     let kind =
         if text.contains("Conflict") || text.contains("conflict") { ErrorKind::Transient } else { ErrorKind::Fatal };
     Error::new(kind, "workspace error").with_source(e)
+}
+
+/// DuckDB's own out-of-memory errors, by how they begin (a statement's, or the appender's), so
+/// that a name in the data cannot pass for one. A database DuckDB invalidated after a fatal
+/// error (its message quotes the original one) stays fatal: only a restart helps.
+fn out_of_memory(text: &str) -> bool {
+    let fatal = text.contains("invalidated") || text.starts_with("FATAL") || text.starts_with("INTERNAL");
+    !fatal
+        && (text.starts_with("Out of Memory Error")
+            || text.starts_with("Failed to append: could not allocate block")
+            || text.starts_with("could not allocate block"))
 }
 
 /// Stored JSON that no longer parses.
@@ -165,6 +176,21 @@ mod tests {
 
     fn one<T: duckdb::types::FromSql>(conn: &Connection, sql: &str) -> T {
         conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    #[test]
+    fn running_out_of_duckdbs_memory_may_pass_and_a_name_that_says_so_does_not() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("SET memory_limit = '64MB'").unwrap();
+        let columns: Vec<String> = (0..2000).map(|i| format!("c{i} BIGINT")).collect();
+        conn.execute_batch(&format!("CREATE TABLE wide ({})", columns.join(", "))).unwrap();
+        let full = conn.execute_batch("INSERT INTO wide (c1) VALUES (1)").unwrap_err();
+        let error = db_error(full);
+        assert_eq!(error.kind(), ErrorKind::Transient, "{error:?}");
+        assert!(error.to_string().contains("SLUICE_DUCKDB_MEMORY"), "{error}");
+        // A column named like the error is a binder's error about a name: not retried.
+        let named = conn.execute_batch(r#"SELECT "could not allocate block" FROM wide"#).unwrap_err();
+        assert_eq!(db_error(named).kind(), ErrorKind::Fatal);
     }
 
     #[test]
