@@ -462,6 +462,7 @@ async fn write(
                     Isolated::Retry => {
                         isolated = false;
                         tracing::warn!(stream = %name, error = %e, "Finding the refused rows met an error that may pass; retrying.");
+                        metrics.set_state("retrying", Some(e.to_string()));
                         tokio::select! {
                             () = cancel.cancelled() => return Err(e),
                             () = tokio::time::sleep(backoff) => {}

@@ -146,6 +146,44 @@ async fn transient_errors_retry_the_same_unit() {
     assert_eq!(log.aborts, 0);
 }
 
+/// A stream stopped while it waits to try a write again ends at once: the wait (up to 10 s)
+/// does not hold the stop, and no try follows it; the unit was never committed.
+#[tokio::test(start_paused = true)]
+async fn a_stop_ends_the_wait_between_tries() {
+    let log = Arc::new(Mutex::new(Log::default()));
+    let mut source = FakeSource { chunks: chunks(1), log: log.clone(), fail_at_end: false };
+    let sink = Arc::new(FakeSink { log: log.clone(), fail: Mutex::new(vec![ErrorKind::Transient; 50]) });
+    let mut decoder = Decoder::new("t".into(), MetadataConfig::default(), HashMap::new());
+    let cancel = CancellationToken::new();
+    let flush = one_per_batch();
+    let stream = Stream {
+        name: "s",
+        source: &mut source,
+        decoder: &mut decoder,
+        sink,
+        flush: &flush,
+        metrics: Arc::new(StreamMetrics::new(&Totals::default())),
+        cancel: cancel.clone(),
+    };
+    let running = run(stream, Checkpoint::default());
+    tokio::pin!(running);
+    // Six tries have failed: the wait before the seventh is 3.2 s.
+    while log.lock().unwrap().attempts < 6 {
+        tokio::select! {
+            ended = &mut running => panic!("the stream ended on its own: {ended:?}"),
+            () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
+        }
+    }
+    let tries = log.lock().unwrap().attempts;
+    let stopped = tokio::time::Instant::now();
+    cancel.cancel();
+    assert!(running.await.is_err(), "the unit was not written");
+    assert!(stopped.elapsed() < std::time::Duration::from_secs(1), "the stop waited {:?}", stopped.elapsed());
+    let log = log.lock().unwrap();
+    assert_eq!(log.attempts, tries, "no try after the stop");
+    assert!(log.commits.is_empty());
+}
+
 #[tokio::test]
 async fn fatal_errors_abort_without_committing() {
     let (result, log) = drive(3, vec![ErrorKind::Fatal], one_per_batch()).await;
