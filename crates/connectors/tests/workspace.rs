@@ -123,6 +123,7 @@ async fn rows_the_workspace_refuses_are_isolated_by_rolled_back_tries() {
     let table = TableWrite {
         table: "q".into(),
         changes: vec![SchemaChange::Create(vec![Column { name: "id".into(), ty: ColumnType::Uuid }])],
+        brought_by: Vec::new(),
         data,
         mirror: None,
         snapshot: None,

@@ -52,6 +52,9 @@ pub struct TableWrite {
     pub table: String,
     /// Create, add or widen, applied in order before the rows.
     pub changes: Vec<SchemaChange>,
+    /// The stream sequence of the event that brought each column `changes` names (created,
+    /// added or widened it); a column not listed came with the unit's last event.
+    pub brought_by: Vec<(String, i64)>,
     /// The rows; column names are table column names.
     pub data: RecordBatch,
     /// For a mirrored table: what each row is (upsert or delete, in which order).

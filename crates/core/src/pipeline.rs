@@ -313,7 +313,7 @@ fn decode(
     totals.batches += 1;
     totals.last_event_us = newest.max(totals.last_event_us);
     let rejects = decoded.rejects.finish();
-    let reports = reports(shape, &decoded.record_ends, from.sequence, &rejects);
+    let reports = reports(shape, &decoded.record_ends, from.sequence, &rejects, &decoded.filtered_at);
     let unit = WriteUnit {
         stream: s.name.to_string(),
         tables: decoded.tables,
@@ -337,7 +337,13 @@ fn decode_threads() -> usize {
 }
 
 /// What each chunk's events came to: its sequences follow the chunk before it's.
-fn reports(shape: Vec<(Position, usize)>, record_ends: &[i64], before: i64, rejects: &RejectBatch) -> Vec<ChunkReport> {
+fn reports(
+    shape: Vec<(Position, usize)>,
+    record_ends: &[i64],
+    before: i64,
+    rejects: &RejectBatch,
+    filtered_at: &[i64],
+) -> Vec<ChunkReport> {
     let mut reports = Vec::with_capacity(shape.len());
     let (mut records, mut start) = (0usize, before + 1);
     let mut ends = Vec::with_capacity(shape.len());
@@ -352,6 +358,12 @@ fn reports(shape: Vec<(Position, usize)>, record_ends: &[i64], before: i64, reje
         });
         ends.push((start, end));
         start = end + 1;
+    }
+    for sequence in filtered_at {
+        let i = ends.partition_point(|(_, end)| end < sequence);
+        if let Some(report) = reports.get_mut(i).filter(|_| ends[i].0 <= *sequence) {
+            report.filtered += 1;
+        }
     }
     let mut seen: Vec<Option<i64>> = vec![None; reports.len()];
     let mut refused_seen: Vec<Option<i64>> = vec![None; reports.len()];

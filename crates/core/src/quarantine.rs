@@ -196,6 +196,7 @@ fn filtered(write: &TableWrite, mask: &[bool]) -> Option<TableWrite> {
     Some(TableWrite {
         table: write.table.clone(),
         changes: write.changes.clone(),
+        brought_by: write.brought_by.clone(),
         data,
         mirror,
         snapshot: write.snapshot.clone(),

@@ -18,6 +18,8 @@ pub struct ChunkReport {
     pub rejects: Vec<RejectedEvent>,
     /// Events with at least one ledger row.
     pub rejected: u64,
+    /// Events the stream's filter (or script) skipped: no row, no ledger row.
+    pub filtered: u64,
 }
 
 /// Most ledger rows a chunk's report lists.

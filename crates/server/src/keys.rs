@@ -45,6 +45,10 @@ fn legacy(key: &str) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))
 }
 
+/// A stored form no key matches (not hex), checked against when there is no stream, so that a
+/// push to a name that does not exist takes the work a wrong key takes.
+pub const NO_STREAM: &str = "hmac-sha256:no-stream-no-stream-no-stream-no-stream-no-stream-no-stream-nost";
+
 /// Whether `key` matches `stored` (keyed or legacy), comparing in constant time.
 pub fn verify(key: &str, stored: &str) -> bool {
     let given = if stored.starts_with(KEYED) {

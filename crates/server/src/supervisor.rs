@@ -1,7 +1,7 @@
 //! Runs every stream: builds its source, restores its checkpoint and schema, runs the core loop,
 //! and restarts it with backoff after a failure.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,7 +50,8 @@ pub struct Supervisor {
     streams: Arc<RwLock<HashMap<String, Arc<RunningStream>>>>,
     /// Streams being restarted with a new config: absent from `streams` for a moment, but not
     /// gone. Always locked before `streams` when both are held.
-    restarting: Arc<RwLock<HashSet<String>>>,
+    /// Streams in the middle of a restart, with the hash of their push key (when it had one).
+    restarting: Arc<RwLock<HashMap<String, Option<String>>>>,
     /// Serializes changes to the set of streams (create, patch, delete, resnapshot), so checks
     /// such as "the name is free" and "the table has no other writer" hold until the change.
     changes: Arc<tokio::sync::Mutex<()>>,
@@ -93,8 +94,9 @@ impl std::fmt::Display for SaveError {
 pub enum Lookup {
     /// A running stream.
     Running(Arc<RunningStream>),
-    /// A stream in the middle of a restart: try again in a moment.
-    Restarting,
+    /// A stream in the middle of a restart: try again in a moment. Its push key's hash, so a
+    /// push is told 503 only once its key is checked.
+    Restarting(Option<String>),
     /// No such stream.
     Missing,
 }
@@ -133,9 +135,20 @@ impl Supervisor {
         let streams = self.streams.read().await;
         match streams.get(name) {
             Some(stream) => Lookup::Running(stream.clone()),
-            None if restarting.contains(name) => Lookup::Restarting,
-            None => Lookup::Missing,
+            None => match restarting.get(name) {
+                Some(key_hash) => Lookup::Restarting(key_hash.clone()),
+                None => Lookup::Missing,
+            },
         }
+    }
+
+    /// Mark `name` restarting, remembering its push key's hash: `key_hash`, or the running one's.
+    async fn mark_restarting(&self, name: &str, key_hash: Option<String>) {
+        let key_hash = match key_hash {
+            Some(hash) => Some(hash),
+            None => self.streams.read().await.get(name).map(|s| s.key_hash.clone()),
+        };
+        self.restarting.write().await.insert(name.to_string(), key_hash);
     }
 
     /// The workspace.
@@ -202,7 +215,7 @@ impl Supervisor {
             return Err(SaveError::TableTaken { table: config.table.clone(), owner });
         }
         let name = config.name.clone();
-        self.restarting.write().await.insert(name.clone());
+        self.mark_restarting(&name, Some(key_hash.clone())).await;
         let result = self.restart(config, key_hash).await;
         self.restarting.write().await.remove(&name);
         Ok(result?)
@@ -251,7 +264,7 @@ impl Supervisor {
     /// Start `name` over from its source: release what it holds there (a Postgres slot), forget
     /// its position, and start it again (a Postgres stream then copies its tables again).
     pub async fn resnapshot(&self, name: &str) -> Result<bool> {
-        self.restarting.write().await.insert(name.to_string());
+        self.mark_restarting(name, None).await;
         let result = self.start_over(name).await;
         self.restarting.write().await.remove(name);
         result
@@ -285,7 +298,7 @@ impl Supervisor {
         F: FnOnce(StreamConfig) -> Fut,
         Fut: std::future::Future<Output = Result<(StreamConfig, T)>>,
     {
-        self.restarting.write().await.insert(name.to_string());
+        self.mark_restarting(name, None).await;
         let result = async {
             let Some(stream) = self.stop(name).await else { return Ok(None) };
             match change(stream.config.clone()).await {

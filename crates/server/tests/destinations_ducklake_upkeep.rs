@@ -125,6 +125,37 @@ async fn small_files_are_compacted_on_demand_and_on_schedule_while_the_stream_go
     assert_eq!(seen, Some(vec!["23000".to_string()]), "each row once");
 }
 
+/// A compaction expires only snapshots older than `keep_snapshots_s` (an hour by default): a
+/// reader of a snapshot taken seconds before still reads it afterwards. DuckLake 1.5's own
+/// `older_than` compared a SQLite catalog's times as text and expired all but the newest.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_compaction_keeps_the_snapshots_of_keep_snapshots_s() {
+    let (dir, lake) = (DataDir::new("ducklake-keep"), DataDir::new("ducklake-keep-lake"));
+    let server = Server::start(&dir.0).await;
+    let mut destination = lake_destination(&lake.0);
+    destination["compaction"] = json!({"every_s": 0});
+    let key = server
+        .create_stream(json!({"name": "k", "table": "clicks", "destination": destination,
+                              "flush": {"max_wait_ms": 10}}))
+        .await;
+    let push =
+        |from: usize| serde_json::to_string(&(from..from + 20).map(|i| json!({"id": i})).collect::<Vec<_>>()).unwrap();
+    for round in 0..20 {
+        assert_eq!(server.push("k", &key, push(round * 20)).await.0, 202);
+    }
+    let version = read(&lake.0, "SELECT max(snapshot_id) FROM ducklake_snapshots('lake')").unwrap()[0].clone();
+    let at = format!("SELECT count(*) FROM clicks AT (VERSION => {version})");
+    assert_eq!(read(&lake.0, &at), Some(vec!["400".to_string()]));
+    for round in 20..40 {
+        assert_eq!(server.push("k", &key, push(round * 20)).await.0, 202);
+    }
+    let report: Value =
+        server.http.post(server.url("/api/streams/k/compact")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(report["expired_snapshots"], 0, "nothing is an hour old: {report}");
+    assert_eq!(read(&lake.0, &at), Some(vec!["400".to_string()]), "the snapshot of seconds ago still reads");
+    assert_eq!(count(&lake.0, "clicks"), 800);
+}
+
 /// DuckDB matches names without regard to case: a stream into `Clicks` writes the lake's
 /// existing `clicks`, and its field `page` fills the column `Page`, instead of failing to
 /// create them again.

@@ -15,6 +15,7 @@ mod postgres;
 mod snowflake;
 mod webdriver;
 
+mod answers;
 mod api;
 mod auth;
 mod connections;

@@ -81,6 +81,42 @@ async fn sql_huge_result_is_refused_and_memory_stays_bounded() {
     assert_eq!(server.sql("SELECT 42 AS n").await, vec![json!({"n": 42})], "the server still answers");
 }
 
+/// README's bound with the defaults: DuckDB's 112 MB, the 64 MiB result limit and ~150 MB.
+const DOCUMENTED_KB: u64 = (112 + 64 + 150) * 1024;
+
+#[tokio::test]
+async fn sql_results_far_over_the_limit_keep_the_whole_process_within_readmes_bound() {
+    let dir = DataDir::new("sql-rss");
+    let server = Server::start(&dir.0).await;
+    let pid = server.child.id();
+    // Each ~500 MB or more as JSON, from a short query: long strings, wide rows, strings that
+    // escape to six times their size, many short rows, and rows of 64 KB, for which README adds
+    // about three of DuckDB's 2,048-row chunks (3 x 2,048 x 64 KB) to the bound.
+    let queries = [
+        ("SELECT repeat('x', 10000) AS x FROM range(50000)", 0),
+        (
+            "SELECT r.*, r.* FROM (SELECT repeat('w', 256) AS c1, repeat('w', 256) AS c2, repeat('w', 256) AS c3, \
+             repeat('w', 256) AS c4, repeat('w', 256) AS c5, repeat('w', 256) AS c6, repeat('w', 256) AS c7, \
+             repeat('w', 256) AS c8 FROM range(200000)) r",
+            0,
+        ),
+        ("SELECT repeat(chr(1), 5000) AS z FROM range(20000)", 0),
+        ("SELECT range AS n, repeat('abc', 30) AS t FROM range(100000000)", 0),
+        ("SELECT repeat('y', 64000) AS y FROM range(10000)", 3 * 2048 * 64000 / 1024),
+    ];
+    for (sql, chunks_kb) in queries {
+        let started = Instant::now();
+        let (status, body) = ask(&server, json!({"sql": sql, "limit": 1_000_000})).await;
+        let text = body.to_string();
+        assert_eq!(status, 413, "{sql}: {}", &text[..text.len().min(300)]);
+        let hwm = status_kb(pid, "VmHWM");
+        eprintln!("{sql}: refused after {:?}, peak RSS so far {} MB", started.elapsed(), hwm / 1024);
+        let bound = DOCUMENTED_KB + chunks_kb;
+        assert!(hwm < bound, "{sql}: peak RSS {hwm} kB over README's {bound} kB");
+    }
+    assert_eq!(server.sql("SELECT 42 AS n").await, vec![json!({"n": 42})], "the server still answers");
+}
+
 #[tokio::test]
 async fn sql_time_limit_stops_long_queries() {
     let dir = DataDir::new("sql-time");

@@ -94,6 +94,77 @@ async fn masked_fields_never_reach_the_workspace_the_ledger_the_feed_or_the_disk
     }
 }
 
+#[tokio::test]
+async fn refused_events_and_other_spellings_keep_masks_and_drops_everywhere() {
+    let dir = DataDir::new("transform-route-mask");
+    let log = dir.0.join("server.log");
+    let server = Server::start_logged(&dir.0, &log).await;
+    let transform = json!({
+        "fields": [{"field": "email", "mask": "hash"}, {"field": "user.password", "drop": true},
+                   {"field": "user.name", "rename": "username"}],
+        "route": "rt_{kind}",
+    });
+    let key = server.create_stream(json!({"name": "rt", "table": "unused", "transform": transform})).await;
+    let mut feed = Feed::open(&server.http, &server, "/api/streams/rt/feed").await;
+    // Four events whose `kind` names no table (the route refuses them), and one that lands,
+    // carrying the dropped field in its flattened spellings.
+    let events = json!([
+        {"kind": "../x", "email": "dots@example.org", "user": {"password": "nested-secret"}},
+        {"kind": "a'b", "EMAIL": "quote@example.org"},
+        {"kind": ["click"], "email": "array@example.org"},
+        {"email": "missing@example.org", "user__password": "flat-refused-secret"},
+        {"kind": "click", "email": "ok@example.org", "user__password": "flat-secret",
+         "USER__PASSWORD": "shout-secret", "User": {"PassWord": "nested-shout-secret"}, "user__name": "ann"},
+    ]);
+    assert_eq!(server.push("rt", &key, events.to_string()).await, (202, json!({"accepted": 1, "rejected": 4})));
+    // The same field named twice, dropped: no ledger row keeps it.
+    let twice =
+        r#"{"kind": "click", "email": "twice@example.org", "user__password": "dup-1", "user__password": "dup-2"}"#;
+    assert_eq!(server.push("rt", &key, twice).await, (202, json!({"accepted": 1, "rejected": 0})));
+    let fed = feed.until(Duration::from_secs(30), |e| e.iter().filter(|(k, _)| k == "rows").count() >= 2).await;
+
+    let ledger = server.sql("SELECT value, reason FROM sluice.rejects ORDER BY position").await;
+    let text = serde_json::to_string(&ledger).unwrap();
+    assert_eq!(ledger.len(), 4, "{text}");
+    assert!(ledger.iter().all(|r| r["reason"].as_str().unwrap().starts_with("route:")), "{text}");
+    for email in ["dots@example.org", "quote@example.org", "array@example.org", "missing@example.org"] {
+        assert!(text.contains(&sha256(email)), "{email} is in the ledger, hashed: {text}");
+    }
+    let (status, api) = server.get("/api/streams/rt/rejects").await;
+    assert_eq!(status, 200);
+    let api = api.to_string();
+    let columns =
+        server.lines("SELECT column_name FROM information_schema.columns WHERE table_name = 'rt_click'").await;
+    assert!(!columns.iter().any(|c| c.to_lowercase().contains("password")), "{columns:?}");
+    assert!(columns.contains(&"username".to_string()), "the flattened spelling is renamed too: {columns:?}");
+    let emails = server.lines("SELECT email FROM rt_click ORDER BY email").await;
+    let mut expected = [sha256("ok@example.org"), sha256("twice@example.org")];
+    expected.sort();
+    assert_eq!(emails, expected);
+    let fed = serde_json::to_string(&fed).unwrap();
+    server.stop();
+    for secret in [
+        "dots@example.org",
+        "quote@example.org",
+        "array@example.org",
+        "missing@example.org",
+        "ok@example.org",
+        "twice@example.org",
+        "nested-secret",
+        "flat-refused-secret",
+        "flat-secret",
+        "shout-secret",
+        "nested-shout-secret",
+        "dup-1",
+        "dup-2",
+    ] {
+        for (what, seen) in [("ledger", &text), ("rejects API", &api), ("feed", &fed)] {
+            assert!(!seen.contains(secret), "{secret} is in the {what}");
+        }
+        assert_not_on_disk(&dir.0, Some(&log), secret);
+    }
+}
+
 fn pg_count(pg: &Postgres) -> i64 {
     pg.count_in("etltest", "public.orders")
 }

@@ -63,8 +63,7 @@ pub async fn compact(config: &DuckLakeConfig) -> Result<CompactionReport> {
         step(&lake, config, move |c, _| rows(c, &merge)).await?;
     }
     let keep = config.compaction.keep_snapshots_s;
-    let expire = format!("CALL ducklake_expire_snapshots('lake', older_than => now() - INTERVAL '{keep} seconds')");
-    let expired = step(&lake, config, move |c, _| rows(c, &expire)).await?;
+    let expired = step(&lake, config, move |c, _| expire_older(c, keep)).await?;
     let removed =
         step(&lake, config, |c, _| rows(c, "CALL ducklake_cleanup_old_files('lake', cleanup_all => true)")).await?;
     let after = step(&lake, config, |c, cfg| figures(c, &cfg.schema)).await?;
@@ -176,6 +175,29 @@ fn figures(conn: &Connection, schema: &str) -> Result<FileFigures> {
         })
     })
     .map_err(lake_error)
+}
+
+/// Expire the snapshots older than `keep_s` seconds (DuckLake never expires the newest). The
+/// ids are picked here, by DuckDB comparing timestamps: DuckLake 1.5's own `older_than` compares
+/// a SQLite catalog's `snapshot_time` as text (`2026-12-07 18:53:09+00` sorts before
+/// `2026-12-07T17:53:09+00`), and so expired every snapshot of the cutoff's day but the newest.
+fn expire_older(conn: &Connection, keep_s: u64) -> Result<u64> {
+    let old = format!(
+        "SELECT snapshot_id FROM ducklake_snapshots('lake') \
+         WHERE snapshot_time < now() - INTERVAL '{keep_s} seconds' \
+         AND snapshot_id < (SELECT max(snapshot_id) FROM ducklake_snapshots('lake')) ORDER BY snapshot_id"
+    );
+    let ids: Vec<i64> = {
+        let mut statement = conn.prepare(&old).map_err(lake_error)?;
+        let ids = statement.query_map([], |r| r.get(0)).map_err(lake_error)?;
+        ids.collect::<std::result::Result<_, _>>().map_err(lake_error)?
+    };
+    // `versions => []` is an SQL error in DuckLake 1.5.
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+    rows(conn, &format!("CALL ducklake_expire_snapshots('lake', versions => [{list}])"))
 }
 
 /// Rows a `CALL` answers.

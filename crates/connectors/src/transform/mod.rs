@@ -129,10 +129,8 @@ impl SqlExpressions {
             let nulls: Vec<String> = this.referenced.iter().map(|c| format!("NULL AS {}", quote(c))).collect();
             let from = if nulls.is_empty() { String::new() } else { format!(" FROM (SELECT {})", nulls.join(", ")) };
             let scratch = this.conn.lock().map_err(|_| Error::new(ErrorKind::Fatal, "scratch lock poisoned"))?;
-            scratch
-                .conn
-                .prepare(&format!("SELECT ({sql}){from}"))
-                .map_err(|e| Error::config(&field, first_line(&e.to_string())))?;
+            let query = format!("SELECT ({sql}){from}");
+            scratch.conn.prepare(&query).map_err(|e| located(&field, &e.to_string(), &query, "SELECT ("))?;
         }
         Ok(this)
     }
@@ -264,8 +262,11 @@ fn parse(conn: &Connection, field: &str, sql: &str) -> Result<Vec<String>> {
     let tree: Value = serde_json::from_str(&tree).map_err(|e| Error::config(field, e.to_string()))?;
     if tree["error"].as_bool() == Some(true) {
         let message = tree["error_message"].as_str().unwrap_or("syntax error");
-        let at =
-            tree["position"].as_str().and_then(|p| p.parse::<usize>().ok()).map(|p| p.saturating_sub(PREFIX.len()));
+        let at = tree["position"]
+            .as_str()
+            .and_then(|p| p.parse::<usize>().ok())
+            .and_then(|p| wrapped.get(..p))
+            .map(|before| before.chars().count().saturating_sub(PREFIX.len()));
         let message = first_line(message);
         return Err(match at {
             Some(at) => Error::config(field, format!("{message} (at character {at})")),
@@ -306,6 +307,33 @@ fn walk(node: &Value, columns: &mut Vec<String>) -> std::result::Result<(), Stri
 
 pub(super) fn first_line(message: &str) -> String {
     message.lines().next().unwrap_or(message).to_string()
+}
+
+/// DuckDB's error about `query`, as the error of config field `field`: its first line, and the
+/// character of the user's text it points at (`query` is that text after `prefix`, 0-based, as
+/// the parser's positions are counted).
+pub(super) fn located(field: &str, message: &str, query: &str, prefix: &str) -> Error {
+    let first = first_line(message);
+    match error_at(message, query).and_then(|at| at.checked_sub(prefix.chars().count())) {
+        Some(at) => Error::config(field, format!("{first} (at character {at})")),
+        None => Error::config(field, first),
+    }
+}
+
+/// The character of `query` that a DuckDB error message points at: its `LINE n: …` shows the
+/// statement's line (cut to a window with `...` when long) and the next line a caret under it.
+pub(super) fn error_at(message: &str, query: &str) -> Option<usize> {
+    let mut lines = message.lines();
+    let shown = lines.by_ref().find_map(|l| l.strip_prefix("LINE ").and_then(|l| l.split_once(": ")))?;
+    let label = "LINE ".len() + shown.0.len() + ": ".len();
+    let caret = lines.next()?.chars().position(|c| c == '^')?.checked_sub(label)?;
+    let (cut, text) = match shown.1.strip_prefix("...") {
+        Some(rest) => (3, rest),
+        None => (0, shown.1),
+    };
+    let text = text.strip_suffix("...").unwrap_or(text);
+    let start = query.find(text)?;
+    Some(query[..start].chars().count() + caret.checked_sub(cut)?)
 }
 
 mod script;

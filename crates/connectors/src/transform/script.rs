@@ -8,7 +8,7 @@ use serde_json::Value;
 use sluice_core::transform::column_type_of;
 use sluice_core::{Error, ErrorKind, Result};
 
-use super::{SqlExpressions, collect, db_error, first_line};
+use super::{SqlExpressions, collect, db_error, first_line, located};
 use crate::workspace::quote;
 
 const FIELD: &str = "transform.script";
@@ -21,8 +21,9 @@ pub(super) fn parse(conn: &Connection, sql: &str) -> Result<Vec<String>> {
     let tree: Value = serde_json::from_str(&tree).map_err(|e| Error::config(FIELD, e.to_string()))?;
     if tree["error"].as_bool() == Some(true) {
         let message = first_line(tree["error_message"].as_str().unwrap_or("syntax error"));
-        return Err(match tree["position"].as_str() {
-            Some(at) => Error::config(FIELD, format!("{message} (at character {at})")),
+        let at = tree["position"].as_str().and_then(|p| p.parse::<usize>().ok()).and_then(|p| sql.get(..p));
+        return Err(match at {
+            Some(before) => Error::config(FIELD, format!("{message} (at character {})", before.chars().count())),
             None => Error::config(FIELD, message),
         });
     }
@@ -36,7 +37,7 @@ pub(super) fn parse(conn: &Connection, sql: &str) -> Result<Vec<String>> {
     let view =
         if nulls.is_empty() { "SELECT 1 AS \"__none\"".to_string() } else { format!("SELECT {}", nulls.join(", ")) };
     conn.execute_batch(&format!("CREATE OR REPLACE VIEW event AS {view}")).map_err(db_error)?;
-    let bound = conn.prepare(sql).map(drop).map_err(|e| Error::config(FIELD, first_line(&e.to_string())));
+    let bound = conn.prepare(sql).map(drop).map_err(|e| located(FIELD, &e.to_string(), sql, ""));
     conn.execute_batch("DROP VIEW event").map_err(db_error)?;
     bound?;
     Ok(columns)

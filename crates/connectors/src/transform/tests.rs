@@ -194,3 +194,23 @@ fn expression_cost() {
         "DuckDB over a batch of {ROWS}: {duck:.0} ns/event; native row loop: {native:.0} ns/event (+{tree:.0} ns/event to build the value tree a row-level language reads) ({kept})"
     );
 }
+
+#[test]
+fn every_expression_error_points_at_its_character() {
+    // (config, field, the expected 0-based character of the user's text)
+    let long = format!("{}b +* 2", "a + ".repeat(40));
+    let cases = [
+        (serde_json::json!({"validate": [{"name": "r", "sql": "qty >>"}]}), "transform.validate[0].sql", 4),
+        (serde_json::json!({"fields": [{"field": "t", "sql": "price qty"}]}), "transform.fields[0].sql", 6),
+        (serde_json::json!({"filter": "no_such_fn(qty) > 1"}), "transform.filter", 0),
+        (serde_json::json!({"filter": "é = 1 AND qty +* 2"}), "transform.filter", 14),
+        (serde_json::json!({"filter": long}), "transform.filter", 162),
+        (serde_json::json!({"script": "SELECT qty, no_such_fn(qty) FROM event"}), "transform.script", 12),
+        (serde_json::json!({"script": "SELECT qty FROM event WHERE = 1"}), "transform.script", 28),
+    ];
+    for (transform, field, at) in cases {
+        let e = check(&config(transform.clone())).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("{field}:")), "{transform}: {e}");
+        assert!(e.ends_with(&format!("(at character {at})")), "{transform}: {e}");
+    }
+}

@@ -205,6 +205,7 @@ pub(super) fn without(
     let write = TableWrite {
         table: write.table.clone(),
         changes: write.changes.clone(),
+        brought_by: write.brought_by.clone(),
         data,
         mirror: None,
         snapshot: write.snapshot.clone(),
@@ -245,8 +246,14 @@ mod tests {
             unavailable: vec![Vec::new(); n],
             ..MirrorWrite::default()
         };
-        let write =
-            TableWrite { table: "t".into(), changes: Vec::new(), data, mirror: Some(mirror.clone()), snapshot: None };
+        let write = TableWrite {
+            table: "t".into(),
+            changes: Vec::new(),
+            brought_by: Vec::new(),
+            data,
+            mirror: Some(mirror.clone()),
+            snapshot: None,
+        };
         (write, mirror)
     }
 

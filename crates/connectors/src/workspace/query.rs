@@ -157,6 +157,11 @@ fn run_query(
     access: Access,
 ) -> std::result::Result<QueryResult, QueryError> {
     check(conn, sql, access)?;
+    // DuckDB fills a streamed result's buffer up to this size before the first fetch, counting
+    // only the fixed part of each chunk: with its default (976 KiB) about 30 chunks of long
+    // strings were buffered whatever they weighed (a 500 MB result held whole, outside its
+    // memory limit). A session setting: each query's connection sets it. 0 streams nothing.
+    conn.execute_batch("SET streaming_buffer_size = '32KB'").map_err(query_error)?;
     conn.execute_batch("BEGIN TRANSACTION").map_err(query_error)?;
     let result = collect(conn, sql, limits);
     let _ = conn.execute_batch("ROLLBACK");

@@ -25,27 +25,32 @@ pub struct SchemaEvent {
     pub column: Option<String>,
     /// Its SQL type after the change.
     pub r#type: Option<String>,
-    /// The stream sequence of the batch that brought it.
+    /// The stream sequence of the event that brought it.
     pub sequence: Option<i64>,
     /// When it was applied (RFC 3339).
     pub applied_at: String,
 }
 
-/// The rows a unit's schema changes come to: (table, change, column, type).
-pub fn changes_of(unit: &WriteUnit) -> Vec<(String, &'static str, String, String)> {
+/// One column's change in a unit: table, change, column, type, and the sequence of the event
+/// that brought it.
+pub type ColumnChange = (String, &'static str, String, String, i64);
+
+/// The rows a unit's schema changes come to.
+pub fn changes_of(unit: &WriteUnit) -> Vec<ColumnChange> {
     let mut out = Vec::new();
     for write in &unit.tables {
+        let by = |column: &str| {
+            let brought = write.brought_by.iter().find(|(name, _)| name == column);
+            brought.map_or(unit.checkpoint.sequence, |(_, at)| *at)
+        };
+        let mut row = |change: &'static str, c: &sluice_core::schema::Column| {
+            out.push((write.table.clone(), change, c.name.clone(), c.ty.sql().into_owned(), by(&c.name)));
+        };
         for change in &write.changes {
             match change {
-                SchemaChange::Create(columns) => {
-                    for c in columns {
-                        out.push((write.table.clone(), "create", c.name.clone(), c.ty.sql().into_owned()));
-                    }
-                }
-                SchemaChange::Add(c) => out.push((write.table.clone(), "add", c.name.clone(), c.ty.sql().into_owned())),
-                SchemaChange::Widen(c) => {
-                    out.push((write.table.clone(), "widen", c.name.clone(), c.ty.sql().into_owned()));
-                }
+                SchemaChange::Create(columns) => columns.iter().for_each(|c| row("create", c)),
+                SchemaChange::Add(c) => row("add", c),
+                SchemaChange::Widen(c) => row("widen", c),
             }
         }
     }
@@ -60,9 +65,8 @@ pub(crate) fn record(conn: &duckdb::Connection, unit: &WriteUnit) -> Result<()> 
     }
     let mut stmt =
         conn.prepare_cached("INSERT INTO sluice.schema_changes VALUES (?, ?, ?, ?, ?, ?, now())").map_err(db_error)?;
-    for (table, change, column, ty) in changes {
-        stmt.execute(duckdb::params![unit.stream, table, change, column, ty, unit.checkpoint.sequence])
-            .map_err(db_error)?;
+    for (table, change, column, ty, sequence) in changes {
+        stmt.execute(duckdb::params![unit.stream, table, change, column, ty, sequence]).map_err(db_error)?;
     }
     Ok(())
 }

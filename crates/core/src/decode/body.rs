@@ -110,6 +110,7 @@ impl TableBuilder {
         fields: &[(Cow<'_, str>, Raw<'_>)],
         rejects: &mut Rejects,
     ) {
+        self.at = ctx.seq;
         self.keep_row(ctx);
         self.push_metadata(ctx, metadata, rejects);
         self.path.clear();

@@ -33,16 +33,16 @@ impl Decoder {
             Ok(table) => table,
             Err(reason) => {
                 let fallback = self.table_for(meta);
+                let hides = self.transform.as_ref().is_some_and(|t| t.mapping.hides());
                 for line in &rows.rows {
                     out.events += 1;
                     out.last_sequence += 1;
                     let ctx = Ctx { table: &fallback, meta, seq: out.last_sequence };
-                    out.rejects.push(ctx.reject(
-                        None,
-                        None,
-                        String::from_utf8_lossy(line).into_owned(),
-                        reason.clone(),
-                    ));
+                    let raw = match hides {
+                        true => super::transformed::WITHHELD.to_string(),
+                        false => String::from_utf8_lossy(line).into_owned(),
+                    };
+                    out.rejects.push(ctx.reject(None, None, raw, reason.clone()));
                 }
                 return Ok(());
             }
@@ -107,6 +107,11 @@ impl Decoder {
                         line.iter().map(|b| format!("{b:02x}")).collect(),
                         format!("a binary COPY row that is not {} fields", columns.len()),
                     ),
+                };
+                // With masks or drops, a row they could not act on keeps no raw text.
+                let raw = match self.transform.as_ref().is_some_and(|t| t.mapping.hides()) {
+                    true => super::transformed::WITHHELD.to_string(),
+                    false => raw,
                 };
                 out.rejects.push(ctx.reject(None, None, raw, reason));
                 continue;

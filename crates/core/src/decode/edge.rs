@@ -158,6 +158,7 @@ pub(super) fn joined(
         crate::batch::TableWrite {
             table: table.to_string(),
             changes: Vec::new(),
+            brought_by: Vec::new(),
             data: RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::new(fields))),
             mirror: None,
             snapshot: None,

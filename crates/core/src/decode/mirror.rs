@@ -29,12 +29,15 @@ impl Decoder {
     ) -> Result<()> {
         let fallback = self.table_for(meta);
         let reject = |raw: String, reason: String| Ctx { table: &fallback, meta, seq }.reject(None, None, raw, reason);
+        // With masks or drops, an event the rules could not act on keeps no raw text.
+        let hides = self.transform.as_ref().is_some_and(|t| t.mapping.hides());
+        let raw_of = |raw: String| if hides { super::transformed::WITHHELD.to_string() } else { raw };
         // A Debezium event is kept as sent, and turned into text only for a ledger row.
         let (change, event) = match payload {
             Payload::Change(change) => (*change, None),
             Payload::Json(Value::Object(image)) if self.changes.format == Format::Json => (Change::upsert(image), None),
             Payload::Json(event) if self.changes.format == Format::Json => {
-                out.rejects.push(reject(event.to_string(), "expected a JSON object".into()));
+                out.rejects.push(reject(raw_of(event.to_string()), "expected a JSON object".into()));
                 return Ok(());
             }
             Payload::Json(event) => {
@@ -48,7 +51,7 @@ impl Decoder {
                     Ok(Some(change)) => (change, Some(event)),
                     Ok(None) => return Ok(()),
                     Err(reason) => {
-                        out.rejects.push(reject(event.to_string(), reason));
+                        out.rejects.push(reject(raw_of(event.to_string()), reason));
                         return Ok(());
                     }
                 }
@@ -58,18 +61,17 @@ impl Decoder {
                 return Ok(());
             }
             Payload::Invalid { raw, reason } => {
-                out.rejects.push(reject(raw, reason));
+                out.rejects.push(reject(raw_of(raw), reason));
                 return Ok(());
             }
             Payload::Bytes(_) | Payload::Body(_) | Payload::Events(_) | Payload::Copy(_) | Payload::Decoded(_) => {
                 return Err(Error::new(ErrorKind::Fatal, "nested raw payload"));
             }
         };
-        // The stream's field rules apply to the change; with masks, its raw event is not kept.
+        // The stream's field rules apply to the change; with masks or drops, its raw event is
+        // not kept.
         let (change, event) = match &self.transform {
-            Some(t) if !t.mapping.is_empty() => {
-                (t.mapping.change(change), if t.mapping.masks() { None } else { event })
-            }
+            Some(t) if !t.mapping.is_empty() => (t.mapping.change(change), if hides { None } else { event }),
             _ => (change, event),
         };
         let keys = if self.changes.keys.is_empty() { &change.keys } else { &self.changes.keys };
@@ -91,7 +93,11 @@ impl Decoder {
         let table = match (problem, render(&self.table, meta.route.as_deref(), &change.route)) {
             (None, Ok(table)) => table,
             (Some(reason), _) | (None, Err(reason)) => {
-                let raw = event.unwrap_or_else(|| change.to_json()).to_string();
+                let raw = match (event, &self.transform) {
+                    (Some(event), _) => event.to_string(),
+                    (None, Some(t)) => t.mapping.hidden_change(&change).to_string(),
+                    (None, None) => change.to_json().to_string(),
+                };
                 out.rejects.push(reject(raw, reason));
                 return Ok(());
             }

@@ -76,6 +76,9 @@ pub struct Decoded {
     pub record_ends: Vec<i64>,
     /// Events the transform's filter skipped.
     pub filtered: u64,
+    /// The sequences of the events the transform's filter or script skipped (a script's are
+    /// its last events that came out as no row and no error: see `script::apply`).
+    pub filtered_at: Vec<i64>,
 }
 
 impl Decoded {
@@ -212,7 +215,11 @@ impl Decoder {
                 for (field, earlier) in duplicates {
                     let reason = DUPLICATE_NAME;
                     let value = match &self.transform {
-                        Some(t) => t.mapping.ledger_value(&field, &earlier),
+                        // A dropped field leaves no ledger row; a masked one its mask.
+                        Some(t) => match t.mapping.ledger_value(&field, &earlier) {
+                            Some(value) => value,
+                            None => continue,
+                        },
                         None => earlier.to_string(),
                     };
                     out.rejects.push(ctx.reject(Some(&field), None, value, reason));
@@ -331,6 +338,10 @@ struct TableBuilder {
     /// Index into `changes` of the Create or Add that introduced a column in this batch.
     introduced: foldhash::HashMap<usize, usize>,
     changes: Vec<SchemaChange>,
+    /// The event that brought each column `changes` names, by its sequence.
+    brought_by: Vec<(String, i64)>,
+    /// The sequence of the event being decoded.
+    at: i64,
     rows: usize,
     path: String,
     /// The column each leaf field of the last event went to, by its place in the event: the
@@ -355,6 +366,8 @@ impl TableBuilder {
             columns,
             introduced: foldhash::HashMap::default(),
             changes: Vec::new(),
+            brought_by: Vec::new(),
+            at: 0,
             rows: 0,
             path: String::new(),
             hints: Vec::new(),
@@ -374,6 +387,7 @@ impl TableBuilder {
         declared: Declared<'_>,
         rejects: &mut Rejects,
     ) {
+        self.at = ctx.seq;
         self.keep_row(ctx);
         self.push_metadata(ctx, metadata, rejects);
         self.path.clear();
@@ -469,6 +483,7 @@ impl TableBuilder {
         let mut builder = ColumnBuilder::new(ty);
         builder.pad(self.rows);
         self.columns.push(builder);
+        self.brought_by.push((name.to_string(), self.at));
         if self.schema.exists() {
             self.introduced.insert(i, self.changes.len());
             self.changes.push(SchemaChange::Add(column));
@@ -573,6 +588,7 @@ impl TableBuilder {
                     },
                     None => {
                         self.introduced.insert(i, self.changes.len());
+                        self.brought_by.push((widened.name.clone(), self.at));
                         self.changes.push(SchemaChange::Widen(widened));
                     }
                 }
@@ -622,6 +638,7 @@ impl TableBuilder {
         let write = TableWrite {
             table: table.to_string(),
             changes: self.changes,
+            brought_by: self.brought_by,
             data,
             mirror: self.mirror,
             snapshot: self.snapshot,

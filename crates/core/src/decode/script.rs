@@ -53,7 +53,17 @@ pub(super) fn apply(
         kept.rows.clear();
         return Ok(None);
     }
-    out.filtered += input.saturating_sub(errors.len() + returned) as u64;
+    let skipped = input.saturating_sub(errors.len() + returned);
+    out.filtered += skipped as u64;
+    // A script's rows do not say which events they came from: when it skipped some of the
+    // events and returned others, the skipped ones are taken to be the last events that did not
+    // fail (exact when it skipped all of them, or when the unit is one push).
+    let failed: std::collections::HashSet<usize> = errors.iter().map(|(row, _)| *row).collect();
+    let mut candidates: Vec<i64> = (0..input)
+        .filter(|row| !failed.contains(row))
+        .map(|row| kept.rows.get(row).map_or(last_sequence, |r| r.0))
+        .collect();
+    out.filtered_at.extend(candidates.split_off(candidates.len().saturating_sub(skipped)));
     for (row, error) in errors {
         rejects.push(reject(&write.data, row, kept.rows.get(row), format!("script: {error}")));
     }

@@ -26,7 +26,8 @@ pub(super) struct Kept {
 }
 
 /// What the ledger keeps of an event it may not see whole.
-const WITHHELD: &str = "(withheld: the stream masks fields, and this event could not be read to mask them)";
+pub(super) const WITHHELD: &str =
+    "(withheld: the stream masks or drops fields, and this event could not be read to apply them)";
 
 impl Decoder {
     /// Apply the field rules to one event and find its table (`None`: the stream's). A refused
@@ -46,10 +47,10 @@ impl Decoder {
             Payload::Change(change) if self.changes.mode == Mode::Append => {
                 Payload::Change(Box::new(t.mapping.change(*change)))
             }
-            Payload::Invalid { reason, .. } if t.mapping.masks() => {
+            Payload::Invalid { reason, .. } if t.mapping.hides() => {
                 return Err((WITHHELD.to_string(), reason));
             }
-            Payload::Json(other) if t.mapping.masks() && !other.is_object() => {
+            Payload::Json(other) if t.mapping.hides() && !other.is_object() => {
                 return Err((WITHHELD.to_string(), "expected a JSON object".into()));
             }
             other => other,
@@ -63,9 +64,10 @@ impl Decoder {
         match route.render(image, meta.route.as_deref()) {
             Ok(table) => Ok((payload, Some(table))),
             Err(reason) => {
+                // The event as the rules left it, masks applied: the ledger keeps no more.
                 let raw = match &payload {
-                    Payload::Json(v) => v.to_string(),
-                    Payload::Change(c) => c.to_json().to_string(),
+                    Payload::Json(Value::Object(map)) => Value::Object(t.mapping.hidden(map)).to_string(),
+                    Payload::Change(c) => t.mapping.hidden_change(c).to_string(),
                     _ => String::new(),
                 };
                 Err((raw, reason))
@@ -202,6 +204,7 @@ fn evaluate(
             if *k && !(filter.is_valid(row) && filter.value(row)) {
                 *k = false;
                 out.filtered += 1;
+                out.filtered_at.push(kept.rows.get(row).map_or(out.last_sequence, |r| r.0));
             }
         }
     }

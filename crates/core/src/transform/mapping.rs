@@ -1,4 +1,5 @@
-//! Field rules applied to each event before it is decoded: mask, rename, drop, declared types.
+//! Field rules applied to each event before it is decoded: rename, drop, declared types; and
+//! masks, which the decoder applies per column and the ledger's copies of events take too.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,16 +17,39 @@ pub const REDACTED: &str = "[redacted]";
 /// What a flat column becomes: its name and type as written, and the mask its text takes.
 pub type ColumnPlan = (String, ColumnType, Option<(Mask, usize)>);
 
-/// The field rules of a stream, ready to apply.
+/// The field rules of a stream, ready to apply. Every rule acts on the column a field becomes,
+/// whatever spelling brings it: nested (`user.password`), flattened (`user__password`), in any
+/// letter case, or below a parent the rule names.
 #[derive(Debug, Clone, Default)]
 pub struct Mapping {
     /// Masks by the column they are written to (lower case), and by the field's own path
     /// flattened (lower case), for a duplicate's ledger copy.
     masks: Vec<(String, String, Mask, usize)>,
-    renames: Vec<(String, String)>,
-    drops: Vec<String>,
+    /// Renames: the field as written, its path flattened (lower case), and the new name.
+    renames: Vec<(String, String, String)>,
+    /// Drops: the field as written and its path flattened (lower case).
+    drops: Vec<(String, String)>,
     /// Declared types by output column, lower case.
     types: HashMap<String, ColumnType>,
+}
+
+/// Whether column `column` (a flattened path, any letter case) is the column `rule` (flattened,
+/// lower case) names, or one below it (`rule__…`).
+fn covers(rule: &str, column: &str) -> bool {
+    column.len() >= rule.len()
+        && column.get(..rule.len()).is_some_and(|head| head.eq_ignore_ascii_case(rule))
+        && (column.len() == rule.len() || column[rule.len()..].starts_with(crate::decode::SEPARATOR))
+}
+
+/// Whether a rule for `rule` may name something below the object at `path`.
+fn reaches(rule: &str, path: &str) -> bool {
+    rule.len() > path.len() + 1
+        && rule.get(..path.len()).is_some_and(|head| head.eq_ignore_ascii_case(path))
+        && rule[path.len()..].starts_with(crate::decode::SEPARATOR)
+}
+
+fn flat(field: &str) -> String {
+    field.replace('.', crate::decode::SEPARATOR).to_lowercase()
 }
 
 impl Mapping {
@@ -34,15 +58,14 @@ impl Mapping {
         let mut m = Self::default();
         for f in config.fields.iter().filter(|f| f.sql.is_none()) {
             if f.drop {
-                m.drops.push(f.field.clone());
+                m.drops.push((f.field.clone(), flat(&f.field)));
                 continue;
             }
             if let Some(mask) = f.mask {
-                let field = f.field.replace('.', crate::decode::SEPARATOR).to_lowercase();
-                m.masks.push((f.output().to_lowercase(), field, mask, f.keep.unwrap_or(4)));
+                m.masks.push((f.output().to_lowercase(), flat(&f.field), mask, f.keep.unwrap_or(4)));
             }
             if let Some(to) = &f.rename {
-                m.renames.push((f.field.clone(), to.clone()));
+                m.renames.push((f.field.clone(), flat(&f.field), to.clone()));
             }
             let ty = match (f.mask, f.ty) {
                 (Some(_), _) => Some(ColumnType::Varchar),
@@ -60,16 +83,33 @@ impl Mapping {
         self.masks.is_empty() && self.renames.is_empty() && self.drops.is_empty() && self.types.is_empty()
     }
 
-    /// Whether any field is masked: then no raw text of an event goes to the ledger.
-    pub fn masks(&self) -> bool {
-        !self.masks.is_empty()
+    /// Whether any field is masked or dropped: then no raw text of an event that cannot be read
+    /// goes to the ledger (the rules could not act on it).
+    pub fn hides(&self) -> bool {
+        !self.masks.is_empty() || !self.drops.is_empty()
     }
 
-    /// The mask of `column` (as written: flattened, renamed; any letter case), if it has one.
-    /// The decoder masks every value bound for such a column, whatever field name brought it
-    /// (`EMAIL`, a flattened `user__email`), so no spelling of a field gets past its mask.
+    /// The mask of `column` (as written: flattened, renamed; any letter case), if it or a
+    /// parent of it has one. The decoder masks every value bound for such a column, whatever
+    /// field name brought it (`EMAIL`, a flattened `user__email`), so no spelling of a field
+    /// gets past its mask.
     pub fn mask_for(&self, column: &str) -> Option<(Mask, usize)> {
-        self.masks.iter().find(|(c, _, _, _)| c.eq_ignore_ascii_case(column)).map(|(_, _, m, k)| (*m, *k))
+        self.masks.iter().find(|(c, _, _, _)| covers(c, column)).map(|(_, _, m, k)| (*m, *k))
+    }
+
+    /// Whether column `column` (a flattened path as it comes, any letter case) is dropped.
+    fn dropped(&self, column: &str) -> bool {
+        self.drops.iter().any(|(field, flat)| covers(flat, column) || field.eq_ignore_ascii_case(column))
+    }
+
+    /// The name column `column` is renamed to: `to`, or `to__rest` below a renamed parent.
+    fn renamed(&self, column: &str) -> Option<String> {
+        self.renames.iter().find_map(|(field, flat, to)| {
+            if field.eq_ignore_ascii_case(column) {
+                return Some(to.clone());
+            }
+            covers(flat, column).then(|| format!("{to}{}", &column[flat.len()..]))
+        })
     }
 
     /// The type a new column gets, when a rule sets one.
@@ -80,17 +120,88 @@ impl Mapping {
         self.types.get(column).or_else(|| self.types.get(&column.to_lowercase())).copied()
     }
 
-    /// Rename and drop one event's fields (field names match in any letter case). Masks are
+    /// Rename and drop one event's fields by the column each would become: nested, flattened or
+    /// in any letter case. A renamed field moves to the top level under its new name. Masks are
     /// applied by the decoder, per column ([`Mapping::mask_for`]).
     pub fn apply(&self, map: &mut Map<String, Value>) {
-        for (field, to) in &self.renames {
-            if let Some(value) = take(map, field) {
-                map.insert(to.clone(), value);
+        if self.renames.is_empty() && self.drops.is_empty() {
+            return;
+        }
+        let mut moved = Vec::new();
+        self.visit(map, &mut String::new(), &mut moved);
+        for (to, value) in moved {
+            if !self.dropped(&to) {
+                map.insert(to, value);
             }
         }
-        for field in &self.drops {
-            take(map, field);
+    }
+
+    fn visit(&self, map: &mut Map<String, Value>, path: &mut String, moved: &mut Vec<(String, Value)>) {
+        map.retain(|key, value| {
+            let mark = path.len();
+            if mark > 0 {
+                path.push_str(crate::decode::SEPARATOR);
+            }
+            path.push_str(key);
+            let keep = if self.dropped(path) {
+                false
+            } else if let Some(to) = self.renamed(path) {
+                moved.push((to, std::mem::take(value)));
+                false
+            } else {
+                if let Value::Object(inner) = value
+                    && self.reaches_below(path)
+                {
+                    self.visit(inner, path, moved);
+                }
+                true
+            };
+            path.truncate(mark);
+            keep
+        });
+    }
+
+    /// Whether a drop or rename may name a field below the object at `path`.
+    fn reaches_below(&self, path: &str) -> bool {
+        self.drops.iter().any(|(_, flat)| reaches(flat, path))
+            || self.renames.iter().any(|(_, flat, _)| reaches(flat, path))
+    }
+
+    /// A copy of `map` for the ledger, after [`Mapping::apply`]: every value bound for a masked
+    /// column masked, at any depth.
+    pub fn hidden(&self, map: &Map<String, Value>) -> Map<String, Value> {
+        let mut copy = map.clone();
+        if !self.masks.is_empty() {
+            self.mask_in(&mut copy, &mut String::new());
         }
+        copy
+    }
+
+    fn mask_in(&self, map: &mut Map<String, Value>, path: &mut String) {
+        for (key, value) in map.iter_mut() {
+            let mark = path.len();
+            if mark > 0 {
+                path.push_str(crate::decode::SEPARATOR);
+            }
+            path.push_str(key);
+            match self.mask_for(path) {
+                Some((mask, keep)) => *value = masked(value, mask, keep),
+                None => {
+                    if let Value::Object(inner) = value {
+                        self.mask_in(inner, path);
+                    }
+                }
+            }
+            path.truncate(mark);
+        }
+    }
+
+    /// A change's JSON for the ledger, its images masked as [`Mapping::hidden`] masks events.
+    pub fn hidden_change(&self, change: &Change) -> Value {
+        let mut change = change.clone();
+        change.image = self.hidden(&change.image);
+        change.before = change.before.as_ref().map(|b| self.hidden(b));
+        change.to_json()
     }
 
     /// The same rules over a change's images, keys and declared types.
@@ -99,29 +210,29 @@ impl Mapping {
         if let Some(before) = change.before.as_mut() {
             self.apply(before);
         }
-        let renamed = |name: &str| self.renames.iter().find(|(from, _)| from == name).map(|(_, to)| to.clone());
         for key in &mut change.keys {
-            if let Some(to) = renamed(key) {
+            if let Some(to) = self.renamed(key) {
                 *key = to;
             }
         }
+        change.unavailable.retain(|c| !self.dropped(c));
         for column in &mut change.unavailable {
-            if let Some(to) = renamed(column) {
+            if let Some(to) = self.renamed(column) {
                 *column = to;
             }
         }
-        change.unconverted.retain(|u| !self.drops.contains(&u.column));
+        change.unconverted.retain(|u| !self.dropped(&u.column));
         for u in &mut change.unconverted {
-            if let Some(to) = renamed(&u.column) {
+            if let Some(to) = self.renamed(&u.column) {
                 u.column = to;
             }
         }
         let types = change
             .types
             .iter()
-            .filter(|(name, _)| !self.drops.contains(name))
+            .filter(|(name, _)| !self.dropped(name))
             .map(|(name, ty)| {
-                let name = renamed(name).unwrap_or_else(|| name.clone());
+                let name = self.renamed(name).unwrap_or_else(|| name.clone());
                 let ty = self.declared(&name).unwrap_or(*ty);
                 (name, ty)
             })
@@ -133,27 +244,27 @@ impl Mapping {
     /// What becomes of a flat column `name` of type `ty` (a snapshot's `COPY` column): `None`
     /// when it is dropped, else its name and type as written and the mask its text takes.
     pub fn column(&self, name: &str, ty: ColumnType) -> Option<ColumnPlan> {
-        if self.drops.iter().any(|d| d == name) {
+        if self.dropped(name) {
             return None;
         }
-        let out =
-            self.renames.iter().find(|(from, _)| from == name).map_or_else(|| name.to_string(), |(_, to)| to.clone());
+        let out = self.renamed(name).unwrap_or_else(|| name.to_string());
         let mask = self.mask_for(&out);
         let ty = self.declared(&out).unwrap_or(ty);
         Some((out, ty, mask))
     }
 
-    /// A ledger copy of `value`, the earlier value of duplicated field `column`.
-    pub fn ledger_value(&self, column: &str, value: &Value) -> String {
+    /// A ledger copy of `value`, the earlier value of duplicated field `column`; `None` when
+    /// the field is dropped.
+    pub fn ledger_value(&self, column: &str, value: &Value) -> Option<String> {
         let flat = column.replace('.', crate::decode::SEPARATOR);
-        let found = self
-            .masks
-            .iter()
-            .find(|(out, field, _, _)| out.eq_ignore_ascii_case(&flat) || field.eq_ignore_ascii_case(&flat));
-        match found {
-            Some((_, _, mask, keep)) => masked(value, *mask, *keep).to_string(),
-            None => value.to_string(),
+        let found = self.masks.iter().find(|(out, field, _, _)| covers(out, &flat) || covers(field, &flat));
+        if let Some((_, _, mask, keep)) = found {
+            return Some(masked(value, *mask, *keep).to_string());
         }
+        let mut one = Map::new();
+        one.insert(flat, value.clone());
+        self.apply(&mut one);
+        self.hidden(&one).into_iter().next().map(|(_, v)| v.to_string())
     }
 }
 
@@ -183,32 +294,6 @@ pub fn lookup<'a>(map: &'a Map<String, Value>, path: &str) -> Option<&'a Value> 
     let (head, rest) = path.split_once('.')?;
     match map.get(head)? {
         Value::Object(inner) => lookup(inner, rest),
-        _ => None,
-    }
-}
-
-/// The key of `map` that is `name` in any letter case (the exact spelling first).
-fn key_of(map: &Map<String, Value>, name: &str) -> Option<String> {
-    if map.contains_key(name) {
-        return Some(name.to_string());
-    }
-    map.keys().find(|k| k.eq_ignore_ascii_case(name)).cloned()
-}
-
-/// Remove the value at `path` (every spelling of it in any letter case, as the columns
-/// would merge them), and return the last one removed.
-fn take(map: &mut Map<String, Value>, path: &str) -> Option<Value> {
-    let mut found = None;
-    while let Some(key) = key_of(map, path) {
-        found = map.remove(&key);
-    }
-    if found.is_some() {
-        return found;
-    }
-    let (head, rest) = path.split_once('.')?;
-    let key = key_of(map, head)?;
-    match map.get_mut(&key)? {
-        Value::Object(inner) => take(inner, rest),
         _ => None,
     }
 }
@@ -259,7 +344,39 @@ mod tests {
         assert!(
             m.mask_for("user__email").is_some() && m.mask_for("card").is_some() && m.mask_for("amount_usd").is_none()
         );
-        assert!(!m.ledger_value("ssn", &json!("123-45")).contains("123"));
-        assert!(!m.ledger_value("user.email", &json!("a@b.c")).contains("a@b"), "a nested duplicate too");
+        assert!(!m.ledger_value("ssn", &json!("123-45")).unwrap().contains("123"));
+        assert!(!m.ledger_value("user.email", &json!("a@b.c")).unwrap().contains("a@b"), "a nested duplicate too");
+    }
+
+    #[test]
+    fn drops_renames_and_masks_take_every_spelling_of_a_column() {
+        let config = TransformConfig {
+            fields: vec![
+                FieldRule { drop: true, ..rule("user.password") },
+                FieldRule { rename: Some("username".into()), ..rule("user.name") },
+                FieldRule { mask: Some(Mask::Redact), ..rule("email") },
+            ],
+            ..TransformConfig::default()
+        };
+        let m = Mapping::new(&config);
+        let mut event = json!({"user__password": "a", "USER__PASSWORD": "b", "User": {"PassWord": "c", "id": 1},
+                               "user": {"password": {"old": "d"}}, "user__password__old": "e",
+                               "user__name": "ann", "kind": "x"})
+        .as_object()
+        .cloned()
+        .unwrap();
+        m.apply(&mut event);
+        assert_eq!(
+            Value::Object(event.clone()),
+            json!({"User": {"id": 1}, "user": {}, "kind": "x", "username": "ann"}),
+            "every spelling of the dropped column is gone, the rest keeps its order"
+        );
+        let hidden = m.hidden(&json!({"EMAIL": "a@b.c", "x": {"email": "kept"}}).as_object().cloned().unwrap());
+        assert_eq!(Value::Object(hidden), json!({"EMAIL": REDACTED, "x": {"email": "kept"}}));
+        assert_eq!(m.ledger_value("user.password", &json!("p")), None, "a dropped duplicate leaves nothing");
+        assert_eq!(m.ledger_value("User__PassWord", &json!("p")), None);
+        assert_eq!(m.ledger_value("user", &json!({"password": "p", "id": 2})), Some(r#"{"id":2}"#.into()));
+        assert_eq!(m.column("USER__PASSWORD", ColumnType::Varchar), None);
+        assert!(m.hides());
     }
 }

@@ -50,7 +50,7 @@ pub struct AppState {
 pub async fn running_stream(state: &AppState, id: &str) -> Result<std::sync::Arc<RunningStream>, ApiError> {
     match state.supervisor.lookup(id).await {
         Lookup::Running(stream) => Ok(stream),
-        Lookup::Restarting => Err(ApiError::restarting(id)),
+        Lookup::Restarting(_) => Err(ApiError::restarting(id)),
         Lookup::Missing => Err(ApiError::no_stream(id)),
     }
 }

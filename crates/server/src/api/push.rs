@@ -19,6 +19,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{ApiError, AppState};
 use crate::keys;
+use crate::supervisor::Lookup;
 
 /// How long a client has to send its whole body once the headers are in.
 const BODY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -70,8 +71,22 @@ pub async fn push(
     body: Body,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
-    let stream = super::running_stream(&state, &id).await?;
-    authorize(&headers, &stream.key_hash)?;
+    // The key is checked before anything else is said about the stream, so a client without
+    // one cannot tell a stream that exists from one that does not.
+    let stream = match state.supervisor.lookup(&id).await {
+        Lookup::Running(stream) => {
+            authorize(&headers, Some(&stream.key_hash))?;
+            stream
+        }
+        Lookup::Restarting(key_hash) => {
+            authorize(&headers, key_hash.as_deref())?;
+            return Err(ApiError::restarting(&id));
+        }
+        Lookup::Missing => {
+            authorize(&headers, None)?;
+            return Err(ApiError::no_stream(&id));
+        }
+    };
     if stream.config.paused {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -230,9 +245,14 @@ pub struct PushQuery {
     details: bool,
 }
 
-/// The 202's body: events stored as rows, events with a ledger row, and with `details` which.
+/// The 202's body: events stored as rows, events with a ledger row, events the stream's filter
+/// skipped, and with `details` which were refused.
 fn outcome(report: &ChunkReport, details: bool) -> Value {
-    let mut answer = json!({ "accepted": report.events - report.refused, "rejected": report.rejected });
+    let stored = report.events.saturating_sub(report.refused + report.filtered);
+    let mut answer = json!({ "accepted": stored, "rejected": report.rejected });
+    if report.filtered > 0 {
+        answer["filtered"] = json!(report.filtered);
+    }
     if details {
         answer["rejects"] = json!(report.rejects);
     }
@@ -289,13 +309,16 @@ fn gunzip(raw: &[u8], cap: usize) -> Result<Option<bytes::Bytes>, ApiError> {
     Ok((out.len() <= cap).then(|| bytes::Bytes::from(out)))
 }
 
-fn authorize(headers: &HeaderMap, key_hash: &str) -> Result<(), ApiError> {
+/// Check the push key against the stream's `key_hash`; `None` (no such stream) refuses every
+/// key with the same answer a wrong key gets, after the same work.
+fn authorize(headers: &HeaderMap, key_hash: Option<&str>) -> Result<(), ApiError> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return Err(ApiError::new(StatusCode::UNAUTHORIZED, "missing Authorization: Bearer <push key>"));
     };
     let key = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+    let stored = key_hash.unwrap_or(keys::NO_STREAM);
     match key {
-        Some(key) if keys::verify(key.trim(), key_hash) => Ok(()),
-        _ => Err(ApiError::new(StatusCode::UNAUTHORIZED, "wrong push key for this stream")),
+        Some(key) if keys::verify(key.trim(), stored) && key_hash.is_some() => Ok(()),
+        _ => Err(ApiError::new(StatusCode::UNAUTHORIZED, "wrong push key for this stream, or no stream of that name")),
     }
 }

@@ -96,11 +96,11 @@ fn shorten(value: &mut Value) -> bool {
     }
 }
 
-/// `{"table", "changes": [{"change", "column", "type"}]}` per table with schema changes.
+/// `{"table", "changes": [{"change", "column", "type", "sequence"}]}` per table with schema changes.
 pub fn schema_changes(unit: &WriteUnit) -> Vec<Value> {
     let mut by_table: Vec<(String, Vec<Value>)> = Vec::new();
-    for (table, change, column, ty) in sluice_connectors::workspace::schema_changes_of(unit) {
-        let entry = json!({ "change": change, "column": column, "type": ty });
+    for (table, change, column, ty, sequence) in sluice_connectors::workspace::schema_changes_of(unit) {
+        let entry = json!({ "change": change, "column": column, "type": ty, "sequence": sequence });
         match by_table.iter_mut().find(|(t, _)| *t == table) {
             Some((_, changes)) => changes.push(entry),
             None => by_table.push((table, vec![entry])),
@@ -153,7 +153,14 @@ mod tests {
         .unwrap();
         WriteUnit {
             stream: "s".into(),
-            tables: vec![TableWrite { table: "t".into(), changes: Vec::new(), data, mirror: None, snapshot: None }],
+            tables: vec![TableWrite {
+                table: "t".into(),
+                changes: Vec::new(),
+                brought_by: Vec::new(),
+                data,
+                mirror: None,
+                snapshot: None,
+            }],
             rejects: RejectBatch::default(),
             idempotency: Vec::new(),
             replayed: Vec::new(),
