@@ -13,6 +13,9 @@ pub enum ErrorKind {
     Transient,
     /// The input itself is bad; it goes to the rejects ledger.
     Data,
+    /// The disk of the data folder is full (or the store is being reopened after it was): the
+    /// write stored nothing, and waits for room instead of a backoff; never the data's fault.
+    Storage,
     /// Anything else; the stream stops and reports it.
     Fatal,
 }
@@ -54,6 +57,12 @@ impl Error {
     /// Whether retrying the same operation may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(self.kind, ErrorKind::Connect | ErrorKind::Transient)
+    }
+
+    /// Whether the error says nothing of the data: a try that fails with it decides nothing
+    /// about which rows a destination refuses.
+    pub fn may_pass(&self) -> bool {
+        self.is_retryable() || self.kind == ErrorKind::Storage
     }
 
     /// The message without the source chain.

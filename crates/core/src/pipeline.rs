@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::{Checkpoint, Chunk, Position, Record, WriteUnit};
+use crate::batch::{Checkpoint, Chunk, IdempotencyKey, Position, Record, WriteUnit};
 use crate::decode::Decoder;
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::StreamMetrics;
@@ -290,7 +290,10 @@ fn decode(
     let mut records: Vec<Record> = Vec::with_capacity(chunks.iter().map(|c| c.records.len()).sum());
     chunks.into_iter().for_each(|c| records.extend(c.records));
     let newest = records.iter().map(|r| r.meta.received_us).max();
-    let idempotency = records.iter().filter_map(|r| r.meta.idempotency.clone()).collect();
+    // Each push's Idempotency-Key, with the chunk it came in: the key keeps that chunk's answer.
+    let chunk_of = shape.iter().enumerate().flat_map(|(i, (_, n))| std::iter::repeat_n(i, *n));
+    let mut idempotency: Vec<(usize, IdempotencyKey)> =
+        chunk_of.zip(&records).filter_map(|(i, r)| Some((i, r.meta.idempotency.clone()?))).collect();
     let started = Instant::now();
     let (decoded, pending) =
         s.decoder.decode_spread(records, from.sequence + 1, decode_threads(), crate::decode::SPREAD_MIN_RUN_BYTES)?;
@@ -314,6 +317,12 @@ fn decode(
     totals.last_event_us = newest.max(totals.last_event_us);
     let rejects = decoded.rejects.finish();
     let reports = reports(shape, &decoded.record_ends, from.sequence, &rejects, &decoded.filtered_at);
+    for (i, key) in &mut idempotency {
+        if let Some(report) = reports.get(*i) {
+            key.answer = report.answer(false).to_string();
+        }
+    }
+    let idempotency = idempotency.into_iter().map(|(_, key)| key).collect();
     let unit = WriteUnit {
         stream: s.name.to_string(),
         tables: decoded.tables,
@@ -441,6 +450,9 @@ async fn write(
             Ok(()) => break,
             // The write before failed: this one must not commit, and the loop stops both.
             Err(e) if follows.as_ref().is_some_and(|(_, previous)| previous.failed()) => return Err(e),
+            // A full disk stored nothing: the unit fails at once (its pushes are told so), and
+            // the stream waits for room, not for a backoff.
+            Err(e) if e.kind() == crate::ErrorKind::Storage => return Err(e),
             Err(e) if e.is_retryable() && !cancel.is_cancelled() => {
                 tracing::warn!(stream = %name, error = %e, "Write failed; retrying.");
                 let state = if e.kind() == crate::ErrorKind::Connect { "reconnecting" } else { "retrying" };

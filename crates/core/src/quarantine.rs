@@ -40,7 +40,7 @@ enum Try {
 async fn try_part(sink: &dyn Sink, lane: usize, unit: WriteUnit) -> Try {
     match sink.probe_on(lane, Arc::new(unit)).await {
         Some(Ok(())) => Try::Taken,
-        Some(Err(e)) if e.is_retryable() => Try::Undecided,
+        Some(Err(e)) if e.may_pass() => Try::Undecided,
         _ => Try::Refused,
     }
 }
@@ -52,7 +52,7 @@ pub async fn isolate(sink: &dyn Sink, unit: &WriteUnit, error: &Error, lane: usi
     match sink.probe_on(lane, Arc::new(unit.clone())).await {
         None => return Isolated::NotData,
         Some(Ok(())) => return Isolated::Unchanged,
-        Some(Err(e)) if e.is_retryable() => return Isolated::Retry,
+        Some(Err(e)) if e.may_pass() => return Isolated::Retry,
         Some(Err(_)) => {}
     }
     // Without any table the unit must go through, or the fault is not in the rows.

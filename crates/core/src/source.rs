@@ -22,6 +22,23 @@ pub struct ChunkReport {
     pub filtered: u64,
 }
 
+impl ChunkReport {
+    /// What a push's 202 says of its events: `accepted` (stored as rows), `rejected` (with a
+    /// ledger row), `filtered` when the stream's filter skipped some, and with `details` the
+    /// ledger rows. The same answer is kept with the push's Idempotency-Key.
+    pub fn answer(&self, details: bool) -> serde_json::Value {
+        let stored = self.events.saturating_sub(self.refused + self.filtered);
+        let mut answer = serde_json::json!({ "accepted": stored, "rejected": self.rejected });
+        if self.filtered > 0 {
+            answer["filtered"] = serde_json::json!(self.filtered);
+        }
+        if details {
+            answer["rejects"] = serde_json::json!(self.rejects);
+        }
+        answer
+    }
+}
+
 /// Most ledger rows a chunk's report lists.
 pub const REPORTED_REJECTS: usize = 100;
 

@@ -121,6 +121,8 @@ pub async fn run(
     println!("  API:       http://{local}");
     tracing::info!(workspace = %workspace.path().display(), api = %local, "Sluice started.");
     let shutdown = CancellationToken::new();
+    // A full disk: the workspace is reopened once there is room, and streams resume.
+    tokio::spawn(workspace.clone().recover_storage(shutdown.clone().cancelled_owned()));
     tokio::spawn(crate::feed::watch(
         supervisor.clone(),
         supervisor.feeds().clone(),

@@ -488,23 +488,37 @@ async fn supervise(
                 if started.elapsed() >= HEALTHY_RUN {
                     backoff = FIRST_BACKOFF;
                 }
-                tracing::error!(stream = %config.name, error = %e, "Stream failed; restarting.");
-                metrics.set_state("failed", Some(e.to_string()));
-                if !pause(&cancel, &mut backoff).await {
-                    source.close().await;
-                    return;
-                }
-                // Resume from what is durable, with the table as it is now.
-                match reload(&state, delivery.as_deref(), &config).await {
-                    Ok((cp, d)) => {
-                        if let Err(e) = source.rewind(&cp.position).await {
-                            tracing::error!(stream = %config.name, error = %e, "Rewind failed.");
-                            continue;
-                        }
-                        checkpoint = cp;
-                        decoder = d.with_edge(edge.clone());
+                if e.kind() == ErrorKind::Storage && delivery.is_none() {
+                    tracing::warn!(stream = %config.name, error = %e, "The disk is full; waiting for room.");
+                    metrics.set_state("disk_full", Some(e.message().to_string()));
+                    if !wait_for_room(&state, source.as_mut(), &e, &cancel).await {
+                        source.close().await;
+                        return;
                     }
-                    Err(e) => tracing::error!(stream = %config.name, error = %e, "Reload failed."),
+                    backoff = FIRST_BACKOFF;
+                } else {
+                    tracing::error!(stream = %config.name, error = %e, "Stream failed; restarting.");
+                    metrics.set_state("failed", Some(e.to_string()));
+                }
+                // Resume from what is durable, with the table as it is now: never from the
+                // checkpoint and decoder of the run that failed (its schema changes may not be
+                // stored), so a reload that fails is tried again.
+                loop {
+                    if !pause(&cancel, &mut backoff).await {
+                        source.close().await;
+                        return;
+                    }
+                    match reload(&state, delivery.as_deref(), &config).await {
+                        Ok((cp, d)) => match source.rewind(&cp.position).await {
+                            Ok(()) => {
+                                checkpoint = cp;
+                                decoder = d.with_edge(edge.clone());
+                                break;
+                            }
+                            Err(e) => tracing::error!(stream = %config.name, error = %e, "Rewind failed."),
+                        },
+                        Err(e) => tracing::error!(stream = %config.name, error = %e, "Reload failed."),
+                    }
                 }
             }
         }
@@ -535,6 +549,26 @@ async fn with_detected_keys(mut config: StreamConfig) -> Result<StreamConfig> {
             Ok(config)
         }
     }
+}
+
+/// Wait until the workspace stores again, answering pushes that arrive meanwhile with the
+/// full disk (a push source's `abort`); false when the stream is cancelled meanwhile.
+async fn wait_for_room(
+    state: &WorkspaceState,
+    source: &mut dyn sluice_core::Source,
+    error: &Error,
+    cancel: &CancellationToken,
+) -> bool {
+    let mut storage = state.watch_storage();
+    while storage.borrow_and_update().is_some() {
+        source.abort(error).await;
+        tokio::select! {
+            _ = cancel.cancelled() => return false,
+            _ = storage.changed() => {}
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
+    }
+    true
 }
 
 /// Wait `backoff` and double it (up to 30 s); false when the stream is cancelled meanwhile.

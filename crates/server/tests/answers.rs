@@ -21,6 +21,22 @@ async fn a_push_counts_filtered_events_apart_from_stored_ones() {
     let answer: serde_json::Value = r.json().await.unwrap();
     assert_eq!((answer["accepted"].clone(), answer["filtered"].clone()), (json!(0), json!(4)), "{answer}");
     assert_eq!(server.count("t").await, 3);
+    // A retry with the push's Idempotency-Key gets the same answer, stored nothing again.
+    let body: Vec<_> = (0..5).map(|i| json!({"n": i, "kind": if i < 2 { "test" } else { "sale" }})).collect();
+    for replayed in [false, true] {
+        let r = server
+            .http
+            .post(server.url("/api/streams/s/push"))
+            .bearer_auth(&key)
+            .header("idempotency-key", "order-7")
+            .body(json!(body).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.headers().contains_key("idempotent-replayed"), replayed);
+        assert_eq!(r.json::<serde_json::Value>().await.unwrap(), json!({"accepted": 3, "rejected": 0, "filtered": 2}));
+    }
+    assert_eq!(server.count("t").await, 6);
     // A script's WHERE is a filter too.
     let script = json!({"script": "SELECT * FROM event WHERE n > 1"});
     let key = server.create_stream(json!({"name": "sc", "table": "sc", "transform": script})).await;

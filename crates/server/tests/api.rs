@@ -72,7 +72,7 @@ async fn stream_crud_keeps_tables_unless_asked() {
     assert_eq!(http.delete(server.url("/api/streams/a")).send().await.unwrap().status(), 204);
     assert_eq!(server.get("/api/streams/a").await.0, 404);
     assert_eq!(server.count("ta").await, 1, "deleting a stream keeps its table");
-    assert_eq!(server.push("a", &key, "{}").await.0, 404);
+    assert_eq!(server.push("a", &key, "{}").await.0, 401, "the old key opens no stream of that name");
 
     let key_b = server.create_stream(json!({"name": "b2", "table": "tb2"})).await;
     server.push("b2", &key_b, r#"{"x": 1}"#).await;

@@ -41,6 +41,7 @@ mod destinations_names;
 mod destinations_snowflake;
 mod destinations_sqlite;
 mod destinations_staged;
+mod disk;
 mod hardening;
 mod kafka;
 mod kafka_faults;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sluice_core::{Chunk, ChunkReport, Position, Record, Result, Source, error::Error};
+use sluice_core::{Chunk, ChunkReport, ErrorKind, Position, Record, Result, Source, error::Error};
 use tokio::sync::{mpsc, oneshot};
 
 use super::KeyMemory;
@@ -67,6 +67,9 @@ pub enum PushError {
     /// The write failed; nothing of this push was committed.
     #[error("the write failed and nothing was stored: {0}")]
     WriteFailed(String),
+    /// The disk of the data folder is full; nothing of this push was committed.
+    #[error("{0}")]
+    NoSpace(String),
 }
 
 struct Push {
@@ -157,8 +160,19 @@ impl Source for HttpPushSource {
     }
 
     async fn abort(&mut self, error: &Error) {
+        let failed = || match error.kind() {
+            ErrorKind::Storage => PushError::NoSpace(error.message().to_string()),
+            _ => PushError::WriteFailed(error.to_string()),
+        };
         for (_, done) in self.pending.drain(..) {
-            let _ = done.send(Err(PushError::WriteFailed(error.to_string())));
+            let _ = done.send(Err(failed()));
+        }
+        // A full disk: the pushes still queued would only fail the same way once read, so
+        // they are answered now instead of waiting for room.
+        if error.kind() == ErrorKind::Storage {
+            while let Ok(push) = self.rx.try_recv() {
+                let _ = push.done.send(Err(failed()));
+            }
         }
     }
 }

@@ -11,13 +11,70 @@ use sluice_core::{Error, ErrorKind, Result};
 #[derive(Clone)]
 pub(crate) struct Db {
     path: PathBuf,
+    /// The row group size the file is attached with.
+    rows: u64,
     // DuckDB connections are Send but not Sync: this one is only cloned from, under the lock.
     base: Arc<Mutex<Connection>>,
+    /// Why the workspace cannot store now (its disk full), until it is reopened.
+    fault: Arc<tokio::sync::watch::Sender<Option<String>>>,
 }
 
 impl Db {
     pub(crate) fn new(path: PathBuf, conn: Connection) -> Self {
-        Self { path, base: Arc::new(Mutex::new(conn)) }
+        let rows = row_group().ok().and_then(|r| r.trim().parse().ok()).unwrap_or(30720);
+        let fault = Arc::new(tokio::sync::watch::channel(None).0);
+        Self { path, rows, base: Arc::new(Mutex::new(conn)), fault }
+    }
+
+    /// Why the workspace cannot store now: its disk is full. `None` when it can.
+    pub(crate) fn fault(&self) -> Option<String> {
+        self.fault.borrow().clone()
+    }
+
+    /// Watch [`Db::fault`].
+    pub(crate) fn watch_fault(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.fault.subscribe()
+    }
+
+    /// Note an error: a full disk marks the workspace faulted until [`Db::reopen`].
+    pub(crate) fn note(&self, e: &Error) {
+        if e.kind() == ErrorKind::Storage {
+            let message = e.message().to_string();
+            self.fault.send_if_modified(|f| f.replace(message.clone()).is_none_or(|old| old != message));
+        }
+    }
+
+    /// Make the workspace writable again after its disk was full, on the writer's thread (so
+    /// no write is under way): a database DuckDB invalidated (a checkpoint that found no room)
+    /// is detached and attached again, which replays its WAL to the last durable commit; then a
+    /// checkpoint proves there is room. Every connection, the writer's included, works again
+    /// once the file is attached under the same name. Fails, leaving the fault, while the disk
+    /// is still full.
+    pub(crate) fn reopen(&self) -> Result<()> {
+        let control = {
+            let base = self.base.lock().map_err(|_| Error::new(ErrorKind::Fatal, "workspace lock poisoned"))?;
+            // A new connection uses DuckDB's default catalog, not the workspace: it can detach it.
+            base.try_clone().map_err(db_error)?
+        };
+        let invalidated =
+            |c: &Connection| c.execute_batch(&format!("SELECT 1 FROM {CATALOG}.sluice.checkpoints LIMIT 0")).is_err();
+        if invalidated(&control) {
+            match control.execute_batch(&format!("DETACH {CATALOG}")) {
+                Ok(()) => {}
+                // Detached although the checkpoint DETACH tried failed; or already gone.
+                Err(e) if e.to_string().contains("Detached database") || e.to_string().contains("not found") => {}
+                Err(e) => return Err(self.noted(db_error(e))),
+            }
+            control.execute_batch(&attach_sql(&self.path, self.rows)).map_err(|e| self.noted(db_error(e)))?;
+        }
+        control.execute_batch(&format!("CHECKPOINT {CATALOG}")).map_err(|e| self.noted(db_error(e)))?;
+        self.fault.send_replace(None);
+        Ok(())
+    }
+
+    fn noted(&self, e: Error) -> Error {
+        self.note(&e);
+        e
     }
 
     /// The database file.
@@ -37,10 +94,11 @@ impl Db {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
-        let conn = self.connection()?;
+        let conn = self.connection().map_err(|e| self.noted(e))?;
         tokio::task::spawn_blocking(move || job(&conn))
             .await
             .map_err(|e| Error::new(ErrorKind::Fatal, "workspace job panicked").with_source(e))?
+            .map_err(|e| self.noted(e))
     }
 }
 
@@ -52,8 +110,17 @@ pub const ROW_GROUP: &str = "30720";
 /// the file). A checkpoint rewrites the row groups that took rows since the last one; at
 /// DuckDB's 122,880 rows each, the smallest checkpoint held commits up for about 100 ms.
 pub(crate) fn attach(path: &Path) -> Result<Connection> {
-    let rows = std::env::var("SLUICE_DUCKDB_ROW_GROUP").unwrap_or_else(|_| ROW_GROUP.to_string());
-    attach_with(path, &rows)
+    attach_with(path, &row_group()?)
+}
+
+fn row_group() -> Result<String> {
+    Ok(std::env::var("SLUICE_DUCKDB_ROW_GROUP").unwrap_or_else(|_| ROW_GROUP.to_string()))
+}
+
+/// The statement that attaches the workspace file with `rows` rows per row group.
+fn attach_sql(path: &Path, rows: u64) -> String {
+    let file = path.display().to_string().replace('\'', "''");
+    format!("ATTACH '{file}' AS {CATALOG} (ROW_GROUP_SIZE {rows})")
 }
 
 /// [`attach`] with `rows` as the row group size (`SLUICE_DUCKDB_ROW_GROUP`'s text).
@@ -66,18 +133,16 @@ fn attach_with(path: &Path, rows: &str) -> Result<Connection> {
     // a file it opened (an in-memory DuckDB would spill into the working directory). Set
     // before the ATTACH, whose WAL replay may already spill.
     conn.execute_batch(&format!("SET temp_directory = '{file}.tmp'")).map_err(db_error)?;
-    conn.execute_batch(&format!("ATTACH '{file}' AS {CATALOG} (ROW_GROUP_SIZE {rows}); USE {CATALOG}")).map_err(
-        |e| {
-            let text = e.to_string();
-            // DuckDB's own refusals of the size (not a divisor of its vector size, 0, too large
-            // for the file's storage version), not any error that mentions row groups.
-            if ["Invalid row group size", "Unsupported row group size"].iter().any(|m| text.contains(m)) {
-                bad_rows(text)
-            } else {
-                open_error(path, e)
-            }
-        },
-    )?;
+    conn.execute_batch(&format!("{}; USE {CATALOG}", attach_sql(path, rows))).map_err(|e| {
+        let text = e.to_string();
+        // DuckDB's own refusals of the size (not a divisor of its vector size, 0, too large
+        // for the file's storage version), not any error that mentions row groups.
+        if ["Invalid row group size", "Unsupported row group size"].iter().any(|m| text.contains(m)) {
+            bad_rows(text)
+        } else {
+            open_error(path, e)
+        }
+    })?;
     Ok(conn)
 }
 
@@ -109,10 +174,16 @@ pub(crate) fn open_error(path: &Path, e: duckdb::Error) -> Error {
 pub(crate) fn in_transaction<T>(conn: &Connection, job: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
     conn.execute_batch("BEGIN TRANSACTION").map_err(db_error)?;
     match job(conn) {
-        Ok(value) => {
-            conn.execute_batch("COMMIT").map_err(db_error)?;
-            Ok(value)
-        }
+        Ok(value) => match conn.execute_batch("COMMIT") {
+            Ok(()) => Ok(value),
+            // DuckDB says the commit is durable and only the checkpoint after it failed: the
+            // unit is stored. The next statement finds the database invalidated.
+            Err(e) if disk_fault(&e.to_string()) == Some(Disk::CommittedThenInvalidated) => {
+                tracing::warn!(error = %e, "Committed; the checkpoint after it found the disk full.");
+                Ok(value)
+            }
+            Err(e) => Err(db_error(e)),
+        },
         Err(e) => {
             if let Err(rollback) = conn.execute_batch("ROLLBACK") {
                 tracing::error!(error = %rollback, "Rollback failed.");
@@ -134,6 +205,16 @@ pub fn quote(ident: &str) -> String {
 /// is raised.
 pub(crate) fn db_error(e: duckdb::Error) -> Error {
     let text = e.to_string();
+    if let Some(disk) = disk_fault(&text) {
+        let what = match disk {
+            Disk::Full => "the disk of the data folder is full: nothing of this write was stored",
+            Disk::Invalidated | Disk::CommittedThenInvalidated => {
+                "the disk of the data folder was full when the workspace checkpointed; it is being reopened"
+            }
+        };
+        let message = format!("{what}. Free space there: the workspace reopens by itself and streams resume; retry");
+        return Error::new(ErrorKind::Storage, message).with_source(e);
+    }
     if out_of_memory(&text) {
         let limit = std::env::var("SLUICE_DUCKDB_MEMORY").unwrap_or_else(|_| super::DUCKDB_MEMORY.to_string());
         let message = format!(
@@ -145,6 +226,33 @@ pub(crate) fn db_error(e: duckdb::Error) -> Error {
     let kind =
         if text.contains("Conflict") || text.contains("conflict") { ErrorKind::Transient } else { ErrorKind::Fatal };
     Error::new(kind, "workspace error").with_source(e)
+}
+
+/// How DuckDB says the disk was full, by how its messages begin (so a value in the data cannot
+/// pass for one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Disk {
+    /// A write found no room; the database is still usable (a WAL append failed).
+    Full,
+    /// A checkpoint found no room (or failed otherwise) and DuckDB invalidated the database:
+    /// it must be detached and attached again.
+    Invalidated,
+    /// The commit is durable, the checkpoint after it failed: invalidated too.
+    CommittedThenInvalidated,
+}
+
+pub(crate) fn disk_fault(text: &str) -> Option<Disk> {
+    const NO_ROOM: [&str; 3] = ["No space left on device", "Disk quota exceeded", "File too large"];
+    if text.starts_with("IO Error: Transaction COMMIT succeeded and is durable") {
+        return Some(Disk::CommittedThenInvalidated);
+    }
+    if text.starts_with(&format!("IO Error: Database \"{CATALOG}\" has been invalidated because checkpointing failed"))
+        || text.starts_with("TransactionContext Error: Failed to commit: Checkpoint failed for database")
+    {
+        return Some(Disk::Invalidated);
+    }
+    let write = ["TransactionContext Error: Failed to commit: Could not write", "IO Error: Could not write"];
+    (write.iter().any(|w| text.starts_with(w)) && NO_ROOM.iter().any(|m| text.contains(m))).then_some(Disk::Full)
 }
 
 /// DuckDB's own out-of-memory errors, by how they begin (a statement's, or the appender's), so
@@ -191,6 +299,29 @@ mod tests {
         // A column named like the error is a binder's error about a name: not retried.
         let named = conn.execute_batch(r#"SELECT "could not allocate block" FROM wide"#).unwrap_err();
         assert_eq!(db_error(named).kind(), ErrorKind::Fatal);
+    }
+
+    #[test]
+    fn a_full_disk_is_told_by_how_duckdbs_message_begins() {
+        let checkpoint = "TransactionContext Error: Failed to commit: Checkpoint failed for database \"workspace\". \
+                          The database has been invalidated. Original error: Could not write file \"/d/workspace.duckdb\": \
+                          No space left on device";
+        assert_eq!(disk_fault(checkpoint), Some(Disk::Invalidated));
+        let after = "IO Error: Database \"workspace\" has been invalidated because checkpointing failed. Detach and \
+                     reattach it before using it again. Original error: No space left on device";
+        assert_eq!(disk_fault(after), Some(Disk::Invalidated));
+        let wal = "TransactionContext Error: Failed to commit: Could not write file \"/d/workspace.duckdb.wal\": \
+                   No space left on device";
+        assert_eq!(disk_fault(wal), Some(Disk::Full));
+        let durable = "IO Error: Transaction COMMIT succeeded and is durable, but the autocheckpoint failed.";
+        assert_eq!(disk_fault(durable), Some(Disk::CommittedThenInvalidated));
+        // The same words in a name or a value are a binder's error, not a full disk.
+        let conn = Connection::open_in_memory().unwrap();
+        let named = conn.execute_batch(r#"SELECT "No space left on device" FROM range(1)"#).unwrap_err();
+        assert_eq!(disk_fault(&named.to_string()), None, "{named}");
+        assert_eq!(db_error(named).kind(), ErrorKind::Fatal);
+        let error = db_error(conn.execute_batch(&format!("SELECT error('{}')", wal.replace('\'', "''"))).unwrap_err());
+        assert_ne!(error.kind(), ErrorKind::Storage, "{error}");
     }
 
     #[test]

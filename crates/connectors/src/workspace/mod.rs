@@ -134,9 +134,10 @@ impl Workspace {
         }
         // User SQL must not read files or attach databases: the workspace needs neither.
         conn.execute_batch("SET enable_external_access = false").map_err(db_error)?;
-        let sink = WorkspaceSink::start(clone_connection(&conn)?)?;
+        let writer = clone_connection(&conn)?;
         let secrets = Arc::new(secrets::SecretFile::new(dir));
         let db = Db::new(path, conn);
+        let sink = WorkspaceSink::start(writer, db.clone())?;
         Ok(Self {
             sink,
             state: WorkspaceState::new(db.clone()),
@@ -160,6 +161,43 @@ impl Workspace {
             .and_then(|c| c.enable_external_access(false))
             .map_err(db_error)?;
         Connection::open_with_flags(&path, config).map_err(|e| open_error(&path, e))
+    }
+
+    /// Why the workspace cannot store now (the disk of the data folder is full), or `None`.
+    pub fn storage_fault(&self) -> Option<String> {
+        self.db.fault()
+    }
+
+    /// Watch [`Workspace::storage_fault`].
+    pub fn watch_storage(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.db.watch_fault()
+    }
+
+    /// While the disk is full, try every second or so (up to every 5 s) to reopen the
+    /// workspace, through its writer, until it stores again; until `stop` completes.
+    pub async fn recover_storage(self, stop: impl std::future::Future<Output = ()>) {
+        let mut fault = self.db.watch_fault();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => return,
+                changed = fault.wait_for(Option::is_some) => if changed.is_err() { return },
+            }
+            let mut wait = std::time::Duration::from_secs(1);
+            while self.db.fault().is_some() {
+                tokio::select! {
+                    () = &mut stop => return,
+                    () = tokio::time::sleep(wait) => {}
+                }
+                match self.sink.reopen().await {
+                    Ok(()) => tracing::info!("The workspace stores again; streams resume from their checkpoints."),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "The workspace cannot be reopened yet.");
+                        wait = (wait * 2).min(std::time::Duration::from_secs(5));
+                    }
+                }
+            }
+        }
     }
 
     /// The sink: writes units through the one writer thread.

@@ -86,6 +86,8 @@ pub enum QueryErrorKind {
     OutOfMemory,
     /// Stopped because the server is shutting down (or the caller left).
     Stopped,
+    /// The disk of the data folder is full, and the workspace is being reopened.
+    Unavailable,
     /// Anything else.
     Failed,
 }
@@ -271,6 +273,9 @@ fn sql_type(ty: &arrow::datatypes::DataType) -> String {
 
 fn query_error(e: duckdb::Error) -> QueryError {
     let text = e.to_string();
+    if super::db::disk_fault(&text).is_some() {
+        return unavailable(&text);
+    }
     let kind = if text.contains("Out of Memory") { QueryErrorKind::OutOfMemory } else { QueryErrorKind::Invalid };
     let message = if kind == QueryErrorKind::OutOfMemory {
         format!(
@@ -282,6 +287,16 @@ fn query_error(e: duckdb::Error) -> QueryError {
         format!("query failed: {text}")
     };
     QueryError::new(kind, message)
+}
+
+/// The query cannot run while the workspace's disk is full.
+fn unavailable(why: &str) -> QueryError {
+    QueryError::new(
+        QueryErrorKind::Unavailable,
+        format!(
+            "the workspace cannot answer while the disk of its data folder is full; free space there and retry ({why})"
+        ),
+    )
 }
 
 /// Replace the data folder's path (as given and absolute) in a message.
@@ -316,7 +331,10 @@ impl Query {
         S: Future<Output = ()> + Send + 'static,
     {
         let dir = self.db.path().parent().map(Path::to_path_buf).unwrap_or_default();
-        let conn = self.db.connection().map_err(|e| QueryError::new(QueryErrorKind::Failed, e.to_string()))?;
+        let conn = self.db.connection().map_err(|e| match e.kind() {
+            ErrorKind::Storage => unavailable(e.message()),
+            _ => QueryError::new(QueryErrorKind::Failed, e.to_string()),
+        })?;
         let (control, guard, done) = control::watch(conn.interrupt_handle(), timeout, shutdown);
         let job = tokio::task::spawn_blocking(move || {
             let result = run_query(&conn, &sql, limits, Access::User);

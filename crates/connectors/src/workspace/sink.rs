@@ -10,10 +10,14 @@ use sluice_core::schema::SchemaChange;
 use sluice_core::{Error, ErrorKind, Result, Sink, WriteUnit};
 use tokio::sync::{mpsc, oneshot};
 
-use super::db::{db_error, in_transaction, quote};
+use super::db::{Db, db_error, in_transaction, quote};
 
-/// A unit, whether to roll it back once applied (a probe), and where to answer.
-type Job = (Arc<WriteUnit>, bool, oneshot::Sender<Result<()>>);
+/// What the writer thread does: a unit, whether to roll it back once applied (a probe), and
+/// where to answer; or reopen the workspace after its disk was full.
+enum Job {
+    Write(Arc<WriteUnit>, bool, oneshot::Sender<Result<()>>),
+    Reopen(oneshot::Sender<Result<()>>),
+}
 
 /// The workspace as a sink: a mailbox to the one writer thread. Cheap to clone.
 #[derive(Clone)]
@@ -22,16 +26,32 @@ pub struct WorkspaceSink {
 }
 
 impl WorkspaceSink {
-    /// Start the writer thread on `conn`.
-    pub(crate) fn start(conn: Connection) -> Result<Self> {
+    /// Start the writer thread on `conn`, a connection to `db`.
+    pub(crate) fn start(conn: Connection, db: Db) -> Result<Self> {
         let (tx, mut rx) = mpsc::channel::<Job>(64);
         std::thread::Builder::new()
             .name("workspace-writer".into())
             .spawn(move || {
                 let mut layouts = Layouts::default();
-                while let Some((unit, probe, reply)) = rx.blocking_recv() {
+                while let Some(job) = rx.blocking_recv() {
+                    let (unit, probe, reply) = match job {
+                        Job::Write(unit, probe, reply) => (unit, probe, reply),
+                        Job::Reopen(reply) => {
+                            layouts.clear();
+                            let _ = reply.send(db.reopen());
+                            continue;
+                        }
+                    };
+                    // While the disk is full, a write is answered at once, without DuckDB.
+                    if let Some(fault) = db.fault() {
+                        let _ = reply.send(Err(Error::new(ErrorKind::Storage, fault)));
+                        continue;
+                    }
                     let result =
                         if probe { try_apply(&conn, &unit, &mut layouts) } else { apply(&conn, &unit, &mut layouts) };
+                    if let Err(e) = &result {
+                        db.note(e);
+                    }
                     if result.is_err() || probe {
                         // The transaction rolled back, its DDL with it.
                         layouts.clear();
@@ -42,6 +62,13 @@ impl WorkspaceSink {
             .map_err(|e| Error::new(ErrorKind::Fatal, "cannot start the workspace writer").with_source(e))?;
         Ok(Self { tx })
     }
+
+    /// Reopen the workspace after its disk was full ([`Db::reopen`]), between writes.
+    pub(crate) async fn reopen(&self) -> Result<()> {
+        let (reply, done) = oneshot::channel();
+        self.tx.send(Job::Reopen(reply)).await.map_err(|_| Error::new(ErrorKind::Fatal, "workspace writer stopped"))?;
+        done.await.map_err(|_| Error::new(ErrorKind::Fatal, "workspace writer stopped"))?
+    }
 }
 
 #[async_trait]
@@ -49,7 +76,7 @@ impl Sink for WorkspaceSink {
     async fn write(&self, unit: Arc<WriteUnit>) -> Result<()> {
         let (reply, done) = oneshot::channel();
         self.tx
-            .send((unit, false, reply))
+            .send(Job::Write(unit, false, reply))
             .await
             .map_err(|_| Error::new(ErrorKind::Fatal, "workspace writer stopped"))?;
         done.await.map_err(|_| Error::new(ErrorKind::Fatal, "workspace writer stopped"))?
@@ -57,7 +84,7 @@ impl Sink for WorkspaceSink {
 
     async fn probe(&self, unit: Arc<WriteUnit>) -> Option<Result<()>> {
         let (reply, done) = oneshot::channel();
-        self.tx.send((unit, true, reply)).await.ok()?;
+        self.tx.send(Job::Write(unit, true, reply)).await.ok()?;
         done.await.ok()
     }
 }

@@ -101,6 +101,11 @@ impl WorkspaceState {
         Self { db }
     }
 
+    /// Watch why the workspace cannot store now (its disk full), `None` once it can.
+    pub fn watch_storage(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.db.watch_fault()
+    }
+
     /// What `stream`, writing the tables `template` names, resumes from, read on one connection.
     pub async fn resume(&self, stream: &str, template: &str) -> Result<Resume> {
         let (stream, glob) = (stream.to_string(), glob_of(template));

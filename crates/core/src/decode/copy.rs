@@ -76,6 +76,8 @@ impl Decoder {
         if snapshot.keys.is_empty() && !rows.whole_row {
             snapshot.keys.clone_from(&source_keys);
         }
+        // The table's columns come with the first row of the copy.
+        builder.at = out.last_sequence + 1;
         let columns: Vec<Option<usize>> =
             plans.iter().map(|p| p.as_ref().map(|(name, ty, _)| builder.column(name, *ty))).collect();
         builder.reserve(rows.rows.len(), rows.len_bytes());
@@ -86,6 +88,7 @@ impl Decoder {
             out.events += 1;
             out.last_sequence += 1;
             let ctx = Ctx { table: &table, meta, seq: out.last_sequence };
+            builder.at = ctx.seq;
             // Invalid UTF-8 (a server in another encoding) becomes U+FFFD rather than a failure.
             let text = match &wires {
                 None => String::from_utf8_lossy(line.strip_suffix(b"\n").unwrap_or(line)),

@@ -49,7 +49,7 @@ fn reaches(rule: &str, path: &str) -> bool {
 }
 
 fn flat(field: &str) -> String {
-    field.replace('.', crate::decode::SEPARATOR).to_lowercase()
+    field.replace('.', crate::decode::SEPARATOR).to_ascii_lowercase()
 }
 
 impl Mapping {
@@ -62,7 +62,7 @@ impl Mapping {
                 continue;
             }
             if let Some(mask) = f.mask {
-                m.masks.push((f.output().to_lowercase(), flat(&f.field), mask, f.keep.unwrap_or(4)));
+                m.masks.push((f.output().to_ascii_lowercase(), flat(&f.field), mask, f.keep.unwrap_or(4)));
             }
             if let Some(to) = &f.rename {
                 m.renames.push((f.field.clone(), flat(&f.field), to.clone()));
@@ -72,9 +72,27 @@ impl Mapping {
                 (None, ty) => ty.map(|t| t.column()),
             };
             if let Some(ty) = ty {
-                m.types.insert(f.output().to_lowercase(), ty);
+                m.types.insert(f.output().to_ascii_lowercase(), ty);
             }
         }
+        // A mask follows its field wherever a rename takes it: a field below a renamed parent
+        // (`user.email` under `user` → `person`) is masked as `person__email` too, and a field
+        // renamed out of a masked parent (`user.name` → `username` under a mask on `user`)
+        // keeps that mask.
+        let mut moved = Vec::new();
+        for (c, field, mask, keep) in &m.masks {
+            if let Some(to) = m.renamed(field).map(|t| t.to_ascii_lowercase()).filter(|to| to != c) {
+                moved.push((to, field.clone(), *mask, *keep));
+            }
+        }
+        for (_, flat, to) in &m.renames {
+            if let Some((_, _, mask, keep)) =
+                m.masks.iter().find(|(c, field, ..)| covers(c, flat) || covers(field, flat))
+            {
+                moved.push((to.to_ascii_lowercase(), flat.clone(), *mask, *keep));
+            }
+        }
+        m.masks.extend(moved);
         m
     }
 
@@ -102,14 +120,15 @@ impl Mapping {
         self.drops.iter().any(|(field, flat)| covers(flat, column) || field.eq_ignore_ascii_case(column))
     }
 
-    /// The name column `column` is renamed to: `to`, or `to__rest` below a renamed parent.
+    /// The name column `column` is renamed to: `to`, or `to__rest` below a renamed parent. The
+    /// most specific rule wins (`user.name` over `user`), whatever their order.
     fn renamed(&self, column: &str) -> Option<String> {
-        self.renames.iter().find_map(|(field, flat, to)| {
-            if field.eq_ignore_ascii_case(column) {
-                return Some(to.clone());
-            }
-            covers(flat, column).then(|| format!("{to}{}", &column[flat.len()..]))
-        })
+        if let Some((_, _, to)) = self.renames.iter().find(|(field, ..)| field.eq_ignore_ascii_case(column)) {
+            return Some(to.clone());
+        }
+        let (_, flat, to) =
+            self.renames.iter().filter(|(_, flat, _)| covers(flat, column)).max_by_key(|r| r.1.len())?;
+        Some(format!("{to}{}", &column[flat.len()..]))
     }
 
     /// The type a new column gets, when a rule sets one.
@@ -117,7 +136,7 @@ impl Mapping {
         if self.types.is_empty() {
             return None;
         }
-        self.types.get(column).or_else(|| self.types.get(&column.to_lowercase())).copied()
+        self.types.get(column).or_else(|| self.types.get(&column.to_ascii_lowercase())).copied()
     }
 
     /// Rename and drop one event's fields by the column each would become: nested, flattened or
@@ -146,13 +165,28 @@ impl Mapping {
             let keep = if self.dropped(path) {
                 false
             } else if let Some(to) = self.renamed(path) {
+                // A renamed object's own fields meet their rules first (a drop or a more
+                // specific rename below it).
+                if let Value::Object(inner) = value
+                    && self.reaches_below(path)
+                {
+                    let mut inner_moved = Vec::new();
+                    self.visit(inner, path, &mut inner_moved);
+                    moved.extend(inner_moved);
+                }
                 moved.push((to, std::mem::take(value)));
                 false
             } else {
                 if let Value::Object(inner) = value
                     && self.reaches_below(path)
                 {
+                    let before = inner.len();
                     self.visit(inner, path, moved);
+                    // An object the rules emptied leaves nothing, not an empty JSON column.
+                    if inner.is_empty() && before > 0 {
+                        path.truncate(mark);
+                        return false;
+                    }
                 }
                 true
             };
@@ -336,7 +370,7 @@ mod tests {
         assert_eq!(masked(&Value::Null, Mask::Hash, 4), Value::Null, "NULL stays NULL");
         let mut shouting = json!({"USER": {"Password": "p"}}).as_object().cloned().unwrap();
         m.apply(&mut shouting);
-        assert_eq!(shouting["USER"], json!({}), "a drop matches in any letter case");
+        assert!(shouting.is_empty(), "a drop matches in any letter case, and the emptied object goes: {shouting:?}");
         assert_eq!(event["amount_usd"], json!(3));
         assert!(event.get("amount").is_none() && event.get("pan").is_none());
         assert_eq!(m.declared("AMOUNT_USD"), Some(ColumnType::Double));
@@ -368,8 +402,8 @@ mod tests {
         m.apply(&mut event);
         assert_eq!(
             Value::Object(event.clone()),
-            json!({"User": {"id": 1}, "user": {}, "kind": "x", "username": "ann"}),
-            "every spelling of the dropped column is gone, the rest keeps its order"
+            json!({"User": {"id": 1}, "kind": "x", "username": "ann"}),
+            "every spelling of the dropped column is gone (an object it emptied too), the rest keeps its order"
         );
         let hidden = m.hidden(&json!({"EMAIL": "a@b.c", "x": {"email": "kept"}}).as_object().cloned().unwrap());
         assert_eq!(Value::Object(hidden), json!({"EMAIL": REDACTED, "x": {"email": "kept"}}));
@@ -378,5 +412,47 @@ mod tests {
         assert_eq!(m.ledger_value("user", &json!({"password": "p", "id": 2})), Some(r#"{"id":2}"#.into()));
         assert_eq!(m.column("USER__PASSWORD", ColumnType::Varchar), None);
         assert!(m.hides());
+    }
+
+    #[test]
+    fn rules_below_a_renamed_or_masked_parent_still_hold() {
+        let config = TransformConfig {
+            fields: vec![
+                FieldRule { rename: Some("person".into()), ..rule("user") },
+                FieldRule { mask: Some(Mask::Redact), ..rule("user.email") },
+                FieldRule { drop: true, ..rule("user.password") },
+                FieldRule { rename: Some("nick".into()), ..rule("user.name") },
+                FieldRule { mask: Some(Mask::Redact), ..rule("Émail") },
+                FieldRule { drop: true, ..rule("Ünit.x") },
+            ],
+            ..TransformConfig::default()
+        };
+        let m = Mapping::new(&config);
+        for spelling in [
+            json!({"user": {"email": "a", "password": "p", "name": "n", "id": 1}}),
+            json!({"user__email": "a", "user__password": "p", "USER__NAME": "n", "user__id": 1}),
+        ] {
+            let mut event = spelling.as_object().cloned().unwrap();
+            m.apply(&mut event);
+            let event = Value::Object(event);
+            assert!(!event.to_string().contains("\"p\""), "dropped below a renamed parent: {event}");
+            assert!(event.get("nick") == Some(&json!("n")), "the more specific rename wins: {event}");
+            let email = event.get("person").and_then(|p| p.get("email")).or_else(|| event.get("person__email"));
+            assert_eq!(email, Some(&json!("a")), "{event}");
+        }
+        assert!(m.mask_for("person__email").is_some(), "a mask follows its field through a parent's rename");
+        assert!(m.mask_for("Émail").is_some(), "a name with a capital beyond ASCII is masked as written");
+        let mut unit = json!({"Ünit": {"x": 1, "y": 2}, "Ünit__x": 3}).as_object().cloned().unwrap();
+        m.apply(&mut unit);
+        assert_eq!(Value::Object(unit), json!({"Ünit": {"y": 2}}));
+        let masked_parent = TransformConfig {
+            fields: vec![
+                FieldRule { mask: Some(Mask::Hash), ..rule("user") },
+                FieldRule { rename: Some("username".into()), ..rule("user.name") },
+            ],
+            ..TransformConfig::default()
+        };
+        let m = Mapping::new(&masked_parent);
+        assert!(m.mask_for("username").is_some(), "renamed out of a masked parent, still masked");
     }
 }

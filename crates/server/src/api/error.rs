@@ -41,6 +41,14 @@ impl ApiError {
             .with_retry_after(1)
     }
 
+    /// 507 for a request the workspace could not store because its disk is full: retry once
+    /// there is room (the workspace reopens by itself).
+    pub fn no_space(message: &str) -> Self {
+        Self::new(StatusCode::INSUFFICIENT_STORAGE, message.to_string())
+            .with_retry_after(5)
+            .with_details(serde_json::json!({ "limit": "disk" }))
+    }
+
     /// Ask the client to retry after `seconds`.
     pub fn with_retry_after(mut self, seconds: u32) -> Self {
         self.retry_after = Some(seconds);
@@ -60,6 +68,7 @@ impl From<Error> for ApiError {
         let status = match e.kind() {
             ErrorKind::Config | ErrorKind::Data => StatusCode::BAD_REQUEST,
             ErrorKind::Connect | ErrorKind::Transient => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Storage => return Self::no_space(&e.to_string()),
             ErrorKind::Fatal => StatusCode::INTERNAL_SERVER_ERROR,
         };
         if status == StatusCode::INTERNAL_SERVER_ERROR {

@@ -94,6 +94,12 @@ pub async fn push(
         )
         .with_retry_after(30));
     }
+    // A full disk: answered at once, before the body is read (the workspace reopens by itself).
+    if stream.config.destination.is_none()
+        && let Some(fault) = state.supervisor.workspace().storage_fault()
+    {
+        return Err(ApiError::no_space(&fault));
+    }
     let SourceHandle::Push(handle) = &stream.handle else {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -229,12 +235,12 @@ pub async fn push(
         }
         Claim::New => {}
     }
-    // The answer kept with the key is the one the edge can give before the write: a retry of a
-    // stored push gets the counts of events that are not objects, not the decoder's.
+    // The answer kept with the key is the push's own 202 (the run loop puts it there once the
+    // push is decoded, before the write): a retry of a stored push gets the same answer.
     let record = IdempotencyKey { key: key.clone(), answer: answer.to_string() };
     let meta = RecordMeta { idempotency: Some(record), ..meta };
     let stored = store(handle, payload, bytes, meta, arrived).await;
-    handle.keys.settle(&key, stored.is_ok().then(|| answer.to_string()));
+    handle.keys.settle(&key, stored.as_ref().ok().map(|report| report.answer(false).to_string()));
     Ok(accepted(outcome(&stored?, query.details), false))
 }
 
@@ -248,15 +254,7 @@ pub struct PushQuery {
 /// The 202's body: events stored as rows, events with a ledger row, events the stream's filter
 /// skipped, and with `details` which were refused.
 fn outcome(report: &ChunkReport, details: bool) -> Value {
-    let stored = report.events.saturating_sub(report.refused + report.filtered);
-    let mut answer = json!({ "accepted": stored, "rejected": report.rejected });
-    if report.filtered > 0 {
-        answer["filtered"] = json!(report.filtered);
-    }
-    if details {
-        answer["rejects"] = json!(report.rejects);
-    }
-    answer
+    report.answer(details)
 }
 
 /// The 202, marked when it repeats an earlier push's answer.
@@ -280,6 +278,7 @@ async fn store(
     handle.push(vec![record], bytes, arrived).await.map_err(|e| match e {
         PushError::Unavailable => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()).with_retry_after(1),
         PushError::WriteFailed(_) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        PushError::NoSpace(message) => ApiError::no_space(&message),
     })
 }
 

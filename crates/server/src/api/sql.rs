@@ -67,6 +67,10 @@ pub async fn query(State(state): State<AppState>, req: Result<Json<SqlRequest>, 
                 QueryErrorKind::Timeout => (StatusCode::UNPROCESSABLE_ENTITY, Some("time")),
                 QueryErrorKind::OutOfMemory => (StatusCode::UNPROCESSABLE_ENTITY, Some("memory")),
                 QueryErrorKind::Stopped => (StatusCode::SERVICE_UNAVAILABLE, None),
+                QueryErrorKind::Unavailable => {
+                    let error = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.message).with_retry_after(5);
+                    return error.with_details(json!({ "limit": "disk" })).into_response();
+                }
                 QueryErrorKind::Failed => {
                     tracing::error!(error = %e, "SQL query failed.");
                     (StatusCode::INTERNAL_SERVER_ERROR, None)
