@@ -98,9 +98,8 @@ async fn the_live_feed_shows_committed_rows_schema_changes_and_rejects() {
         .unwrap()
         .iter()
         .any(|c| c["change"] == "create" && c["column"] == "user" && c["type"] == "BIGINT")));
-    assert!(
-        has(&events, "schema", |v| v["changes"] == json!([{"change": "add", "column": "amount", "type": "DOUBLE"}]))
-    );
+    assert!(has(&events, "schema", |v| v["changes"]
+        == json!([{"change": "add", "column": "amount", "type": "DOUBLE", "sequence": 2}])));
     assert!(has(&events, "rejects", |v| v["count"] == 1 && v["sample"][0]["column"] == "user"));
 
     // The activity feed saw the stream created, its schema change and its rejects, live and

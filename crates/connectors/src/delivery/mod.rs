@@ -386,8 +386,17 @@ impl DeliverySink {
         }
         self.metrics.set_destination("load_ms", ms);
         self.metrics.max_destination("load_ms_max", ms);
-        // Then the push keys and totals, once the rows are durable where they belong.
-        self.workspace.write(Self::control(&unit, false)).await
+        // Then the push keys and totals, once the rows are durable where they belong. The
+        // destination holds the position: should the workspace's disk be full, the rows are
+        // stored all the same, and the pushes must not be told otherwise (a retry would store
+        // them twice); the keys stay known in memory, the totals wait for the next unit.
+        match self.workspace.write(Self::control(&unit, false)).await {
+            Err(e) if e.kind() == ErrorKind::Storage => {
+                tracing::warn!(error = %e, "Stored in the destination; the workspace could not record the push keys.");
+                Ok(())
+            }
+            written => written,
+        }
     }
 }
 

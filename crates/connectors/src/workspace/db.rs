@@ -251,8 +251,16 @@ pub(crate) fn disk_fault(text: &str) -> Option<Disk> {
     {
         return Some(Disk::Invalidated);
     }
-    let write = ["TransactionContext Error: Failed to commit: Could not write", "IO Error: Could not write"];
-    (write.iter().any(|w| text.starts_with(w)) && NO_ROOM.iter().any(|m| text.contains(m))).then_some(Disk::Full)
+    if text.starts_with("IO Error: Checkpoint failed for database") {
+        return Some(Disk::Invalidated);
+    }
+    // A statement's, a commit's or the appender's failed write or fsync.
+    let rest = ["TransactionContext Error: Failed to commit: ", "Failed to append: ", "IO Error: "]
+        .iter()
+        .find_map(|p| text.strip_prefix(p))
+        .unwrap_or(text);
+    let write = ["Could not write", "Could not fsync"].iter().any(|w| rest.starts_with(w));
+    (write && NO_ROOM.iter().any(|m| text.contains(m))).then_some(Disk::Full)
 }
 
 /// DuckDB's own out-of-memory errors, by how they begin (a statement's, or the appender's), so

@@ -331,6 +331,10 @@ impl Query {
         S: Future<Output = ()> + Send + 'static,
     {
         let dir = self.db.path().parent().map(Path::to_path_buf).unwrap_or_default();
+        // While the workspace is reopened after a full disk (detached for a moment), say so.
+        if let Some(fault) = self.db.fault() {
+            return Err(unavailable(&fault));
+        }
         let conn = self.db.connection().map_err(|e| match e.kind() {
             ErrorKind::Storage => unavailable(e.message()),
             _ => QueryError::new(QueryErrorKind::Failed, e.to_string()),

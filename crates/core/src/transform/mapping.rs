@@ -173,6 +173,11 @@ impl Mapping {
                     let mut inner_moved = Vec::new();
                     self.visit(inner, path, &mut inner_moved);
                     moved.extend(inner_moved);
+                    // Its fields all moved out (each under the renamed path): nothing is left.
+                    if inner.is_empty() {
+                        path.truncate(mark);
+                        return false;
+                    }
                 }
                 moved.push((to, std::mem::take(value)));
                 false
@@ -439,6 +444,7 @@ mod tests {
             assert!(event.get("nick") == Some(&json!("n")), "the more specific rename wins: {event}");
             let email = event.get("person").and_then(|p| p.get("email")).or_else(|| event.get("person__email"));
             assert_eq!(email, Some(&json!("a")), "{event}");
+            assert!(event.get("person").is_none_or(|p| p.as_object().is_some_and(|p| !p.is_empty())), "{event}");
         }
         assert!(m.mask_for("person__email").is_some(), "a mask follows its field through a parent's rename");
         assert!(m.mask_for("Émail").is_some(), "a name with a capital beyond ASCII is masked as written");
