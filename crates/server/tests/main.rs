@@ -6,6 +6,7 @@ mod clickhouse;
 mod gcs;
 mod harness;
 mod http_target;
+mod iceberg_lost_answer;
 mod iceberg_rest;
 mod iceberg_sql;
 mod kinesis_local;

@@ -215,8 +215,14 @@ impl IcebergConfig {
             ""
         };
         let create = if stage_create || self.simple_create { create } else { ", STAGE_CREATE_TABLES false" };
+        // DuckDB's iceberg extension removes the files a transaction wrote when its commit
+        // request fails, whatever the failure: a commit the catalog took but whose answer was
+        // lost (a proxy's 502, a cut connection) then lists files that are gone, and the table
+        // no longer reads. Kept instead: a commit that truly failed leaves files no snapshot
+        // lists, for an orphan-file cleanup.
         sql.push_str(&format!(
-            "ATTACH '{}' AS lake (TYPE iceberg, ENDPOINT '{}', {auth}, DISABLE_MULTI_TABLE_COMMIT {}{create})",
+            "ATTACH '{}' AS lake (TYPE iceberg, ENDPOINT '{}', {auth}, DISABLE_MULTI_TABLE_COMMIT {}, \
+             REMOVE_FILES_ON_DELETE false{create})",
             literal(&self.warehouse),
             literal(&self.endpoint),
             !self.multi_table_commit
@@ -387,6 +393,7 @@ mod tests {
         let c = config();
         let sql = c.attach_sql().unwrap();
         assert!(sql.contains("TOKEN 't0k''en'") && sql.contains("DISABLE_MULTI_TABLE_COMMIT true"), "{sql}");
+        assert!(sql.contains("REMOVE_FILES_ON_DELETE false"), "a lost commit answer must not remove files: {sql}");
         assert!(!c.redact(&format!("failed: {sql} / t0k'en")).contains("t0k"));
         let simple = IcebergConfig { simple_create: true, token: None, ..config() };
         let sql = simple.attach_sql().unwrap();
