@@ -349,9 +349,10 @@ async fn progress_of_a_never_analyzed_table_and_json_null_on_both_paths() {
     server.create_stream(json!({"name": "p", "table": "[table]", "source": src, "flush": {"max_wait_ms": 20}})).await;
     let samples = std::sync::Mutex::new(Vec::new());
     wait_until("the snapshot to finish", Duration::from_secs(120), || async {
-        // The percent first: it is set before a chunk is written, so it never trails the count.
-        let percent = server.get("/api/streams/p/metrics").await.1["source"]["snapshot_percent"].as_f64();
+        // The rows first, then the percent: it is set before a chunk is written, so read after
+        // the count it never trails it (read before, a chunk could land in between).
         let copied = rows(&server, "bulk").await;
+        let percent = server.get("/api/streams/p/metrics").await.1["source"]["snapshot_percent"].as_f64();
         if (1..100_000).contains(&copied) {
             samples.lock().unwrap().push((copied, percent));
         }
