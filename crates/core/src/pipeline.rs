@@ -310,7 +310,7 @@ fn decode(
     let mut totals = from.totals.clone();
     totals.events_in += decoded.events;
     totals.rows_written += decoded.rows;
-    totals.filtered += decoded.filtered;
+    totals.filtered += decoded.filtered_at.len() as u64;
     totals.rejects += decoded.rejects.len() as u64;
     totals.bytes_in += bytes as u64;
     totals.batches += 1;

@@ -96,7 +96,7 @@ async fn decode_again(workspace: &Workspace, config: &StreamConfig, events: Vec<
     let (events, rows, rejected_again) = (decoded.events, decoded.rows, decoded.rejects.len());
     let mut totals = checkpoint.totals.clone();
     totals.rows_written += decoded.rows;
-    totals.filtered += decoded.filtered;
+    totals.filtered += decoded.filtered_at.len() as u64;
     totals.rejects += decoded.rejects.len() as u64;
     totals.batches += 1;
     let unit = WriteUnit {

@@ -21,7 +21,7 @@ pub(crate) struct Db {
 
 impl Db {
     pub(crate) fn new(path: PathBuf, conn: Connection) -> Self {
-        let rows = row_group().ok().and_then(|r| r.trim().parse().ok()).unwrap_or(30720);
+        let rows = row_group().trim().parse().unwrap_or_else(|_| ROW_GROUP.parse().unwrap_or_default());
         let fault = Arc::new(tokio::sync::watch::channel(None).0);
         Self { path, rows, base: Arc::new(Mutex::new(conn)), fault }
     }
@@ -110,11 +110,12 @@ pub const ROW_GROUP: &str = "30720";
 /// the file). A checkpoint rewrites the row groups that took rows since the last one; at
 /// DuckDB's 122,880 rows each, the smallest checkpoint held commits up for about 100 ms.
 pub(crate) fn attach(path: &Path) -> Result<Connection> {
-    attach_with(path, &row_group()?)
+    attach_with(path, &row_group())
 }
 
-fn row_group() -> Result<String> {
-    Ok(std::env::var("SLUICE_DUCKDB_ROW_GROUP").unwrap_or_else(|_| ROW_GROUP.to_string()))
+/// `SLUICE_DUCKDB_ROW_GROUP`'s text, or the default.
+fn row_group() -> String {
+    std::env::var("SLUICE_DUCKDB_ROW_GROUP").unwrap_or_else(|_| ROW_GROUP.to_string())
 }
 
 /// The statement that attaches the workspace file with `rows` rows per row group.

@@ -74,10 +74,9 @@ pub struct Decoded {
     pub last_sequence: i64,
     /// The sequence of each record's last event, in record order.
     pub record_ends: Vec<i64>,
-    /// Events the transform's filter skipped.
-    pub filtered: u64,
-    /// The sequences of the events the transform's filter or script skipped (a script's are
-    /// its last events that came out as no row and no error: see `script::apply`).
+    /// The sequences of the events the transform's filter or script skipped (their count is
+    /// the stream's `filtered`; a script's are its last events that came out as no row and no
+    /// error: see `script::apply`).
     pub filtered_at: Vec<i64>,
 }
 

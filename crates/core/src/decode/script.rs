@@ -54,7 +54,6 @@ pub(super) fn apply(
         return Ok(None);
     }
     let skipped = input.saturating_sub(errors.len() + returned);
-    out.filtered += skipped as u64;
     // A script's rows do not say which events they came from: when it skipped some of the
     // events and returned others, the skipped ones are taken to be the last events that did not
     // fail (exact when it skipped all of them, or when the unit is one push).

@@ -139,7 +139,6 @@ impl Decoder {
             out.rejects.extend_shifted(&part.rejects, before);
             out.record_ends.extend(part.record_ends.iter().map(|end| end + before));
             out.events += part.events;
-            out.filtered += part.filtered;
             out.filtered_at.extend(part.filtered_at.iter().map(|at| at + before));
             out.last_sequence += part.events as i64;
             early.extend(part.tables.into_iter().map(|t| t.data).filter(|b| b.num_rows() > 0));
@@ -151,7 +150,6 @@ impl Decoder {
             out.rejects.extend_shifted(&later.rejects, 0);
             out.record_ends.extend(later.record_ends);
             out.events += later.events;
-            out.filtered += later.filtered;
             out.filtered_at.extend(later.filtered_at);
             out.last_sequence = later.last_sequence;
             (Some(later.tables), pending)

@@ -203,7 +203,6 @@ fn evaluate(
         for (row, k) in keep.iter_mut().enumerate() {
             if *k && !(filter.is_valid(row) && filter.value(row)) {
                 *k = false;
-                out.filtered += 1;
                 out.filtered_at.push(kept.rows.get(row).map_or(out.last_sequence, |r| r.0));
             }
         }
