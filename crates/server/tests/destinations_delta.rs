@@ -408,3 +408,90 @@ fn facts_or_zero(table: &Path) -> u64 {
     }
     facts(table)["files"].as_u64().unwrap_or(0)
 }
+
+/// A Delta table on S3 behind a proxy that loses the answer of one commit (the put of the
+/// log's next version is done by the store, then answered 502): a mirror sync run and a mirror
+/// stream each learn that it landed (the put retried finds its own commit there), every data
+/// file the log lists is present, each row is there once, and the next run goes through.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_commit_answer_leaves_a_delta_table_whole_for_a_sync_and_a_stream() {
+    use crate::losing_proxy::{LosingProxy, delta_commit};
+    let moto = crate::moto::Moto::start();
+    crate::moto::py(&format!("{}s3.create_bucket(Bucket='lake')\n", moto.boto()));
+    let proxy = LosingProxy::start(&moto.endpoint, delta_commit).await;
+    let dir = DataDir::new("dest-delta-lost");
+    let server = Server::start(&dir.0).await;
+    let to = |table: &str| {
+        json!({"kind": "delta", "location": "s3://lake/tables", "table": table,
+               "s3": {"endpoint": proxy.endpoint, "region": "us-east-1", "access_key_id": "test",
+                      "secret_access_key": "test"}})
+    };
+    let key = server
+        .create_stream(json!({"name": "people", "table": "people", "metadata": {"position": true},
+                              "flush": {"max_wait_ms": 20}}))
+        .await;
+    let rows = |from: i64, tag: &str| json!((from..from + 10).map(|i| json!({"id": i, "v": tag})).collect::<Vec<_>>());
+    assert_eq!(server.push("people", &key, rows(0, "a").to_string()).await.0, 202);
+    wait_until("people in the workspace", Duration::from_secs(30), || async { server.count("people").await == 10 })
+        .await;
+    let query = "SELECT id, arg_max(v, _position) AS v FROM people GROUP BY id";
+    let (status, body) = server
+        .create_sync(json!({"name": "to_delta", "mode": "mirror", "keys": ["id"], "destination": to("copy"),
+                            "query": query}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(server.run_sync("to_delta").await["status"], "succeeded");
+    assert_eq!(server.push("people", &key, rows(5, "b").to_string()).await.0, 202);
+    wait_until("the changes in the workspace", Duration::from_secs(30), || async {
+        server.count("people").await == 20
+    })
+    .await;
+    let want: Vec<String> = (0..15).map(|i| format!("{i}|{}", if i < 5 { "a" } else { "b" })).collect();
+    let read_copy =
+        || read("s3://lake/tables/copy", "SELECT id, v FROM t ORDER BY id", Reader::Deltalake, Some(&moto.endpoint));
+    proxy.lose_next();
+    let run = server.run_sync("to_delta").await;
+    assert_eq!(proxy.lost(), 1, "the commit went through the proxy: {run}");
+    assert_eq!(run["status"], "succeeded", "the table holds the run: {run}");
+    assert_eq!(read_copy(), Some(want.clone()));
+    let run = server.run_sync("to_delta").await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(read_copy(), Some(want));
+
+    // A mirror stream into Delta through the same proxy.
+    let mut destination = to("");
+    destination.as_object_mut().unwrap().remove("table");
+    let key = server
+        .create_stream(json!({"name": "s", "table": "events", "mode": "mirror", "keys": ["id"],
+                              "destination": destination, "flush": {"max_wait_ms": 20}}))
+        .await;
+    assert_eq!(server.push("s", &key, rows(0, "a").to_string()).await.0, 202);
+    proxy.lose_next();
+    let push = server.push("s", &key, rows(5, "b").to_string());
+    let (status, answer) =
+        tokio::time::timeout(Duration::from_secs(60), push).await.expect("the push was never answered");
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(proxy.lost(), 2, "the stream's commit went through the proxy");
+    assert_eq!(server.push("s", &key, rows(15, "c").to_string()).await.0, 202);
+    let want: Vec<String> = (0..25)
+        .map(|i| {
+            format!(
+                "{i}|{}",
+                if i < 5 {
+                    "a"
+                } else if i < 15 {
+                    "b"
+                } else {
+                    "c"
+                }
+            )
+        })
+        .collect();
+    wait_slowly("every row once, in a table that reads", Duration::from_secs(60), || {
+        read("s3://lake/tables/events", "SELECT id, v FROM t ORDER BY id", Reader::Deltalake, Some(&moto.endpoint))
+            == Some(want.clone())
+    })
+    .await;
+    let (_, metrics) = server.get("/api/streams/s/metrics").await;
+    assert_eq!(metrics["state"], "running", "{metrics}");
+}

@@ -217,11 +217,24 @@ async fn a_mirror_sync_into_iceberg_shows_inserts_updates_and_deletes_after_each
 /// more checks.
 pub async fn mirror_sync_shows_each_run(
     dir: &str,
-    mut destination: serde_json::Value,
+    destination: serde_json::Value,
     rows: impl Fn() -> Option<Vec<String>>,
 ) -> (DataDir, Server, String) {
+    mirror_sync_shows_each_run_with(dir, destination, rows, None).await
+}
+
+/// [`mirror_sync_shows_each_run`] on a server started with `env`, its log written to `log`.
+pub async fn mirror_sync_shows_each_run_with(
+    dir: &str,
+    mut destination: serde_json::Value,
+    rows: impl Fn() -> Option<Vec<String>>,
+    logged: Option<(&std::path::Path, &[(&str, &str)])>,
+) -> (DataDir, Server, String) {
     let dir = DataDir::new(dir);
-    let server = Server::start(&dir.0).await;
+    let server = match logged {
+        Some((log, env)) => Server::start_logged_env(&dir.0, log, env).await,
+        None => Server::start(&dir.0).await,
+    };
     let key = server
         .create_stream(json!({"name": "people", "table": "people", "metadata": {"position": true},
                               "flush": {"max_wait_ms": 20}}))

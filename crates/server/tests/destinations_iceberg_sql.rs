@@ -99,6 +99,33 @@ async fn postgres_cdc_mirrored_into_an_iceberg_catalog_kept_in_postgres() {
     assert_eq!(metrics["state"], "running", "{metrics}");
 }
 
+/// The catalog's database commits the second run's swap, and its answer is lost
+/// (`SLUICE_LOSE_AT`): the front reads the pointer again, finds the new metadata there and
+/// answers the commit, so the run succeeds and the table reads (before, it answered 503 and
+/// DuckDB removed the files of the snapshot the pointer named).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_answer_from_the_catalog_database_leaves_the_sync_succeeded_and_the_table_whole() {
+    let catalog = IcebergSql::sqlite();
+    let rows = || catalog.read("people_copy", "SELECT id, name FROM t ORDER BY id");
+    let log = DataDir::new("dest-iceberg-sql-lost-log");
+    let log = log.0.join("sluice.log");
+    let env = [("SLUICE_LOSE_AT", "iceberg-sql.swap:2")];
+    let _run = crate::destinations_iceberg::mirror_sync_shows_each_run_with(
+        "dest-iceberg-sql-lost",
+        catalog.destination(),
+        rows,
+        Some((&log, &env)),
+    )
+    .await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("SLUICE_LOSE_AT reached iceberg-sql.swap"), "the second run's answer was lost");
+    // The front found the swap in the database: the writer heard a success, not a failure it
+    // then had to read back.
+    assert!(!text.contains("answer was lost; the table holds it"), "the front answered the commit");
+    let by_duckdb = catalog.duckdb_read("people_copy", "SELECT id, name FROM t ORDER BY id");
+    assert_eq!(by_duckdb, Some(vec!["2|B".to_string(), "3|c".to_string()]));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_mirror_sync_into_an_iceberg_sql_catalog_on_s3_shows_inserts_updates_and_deletes() {
     let moto = crate::moto::Moto::start();

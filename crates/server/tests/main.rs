@@ -10,6 +10,7 @@ mod iceberg_lost_answer;
 mod iceberg_rest;
 mod iceberg_sql;
 mod kinesis_local;
+mod losing_proxy;
 mod mariadb;
 mod moto;
 mod postgres;

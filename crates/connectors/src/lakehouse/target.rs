@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::time::Duration;
 
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use arrow::record_batch::RecordBatch;
@@ -99,6 +100,19 @@ impl<C: Lakehouse> LakeTarget<C> {
         Self { config, lake, unsure: false }
     }
 
+    /// Whether the table holds `stamp`, read on a fresh attachment, trying for about 15 s
+    /// while the catalog does not answer; `None`: not known.
+    async fn landed(&self, stamp: &Stamp) -> Option<bool> {
+        for wait in [0u64, 1, 2, 4, 8] {
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+            let owner = stamp.owner.clone();
+            if let Ok(held) = self.with_lake(move |conn, config| config.read_stamp(conn, &owner)).await {
+                return Some(held.as_deref() == Some(stamp.checkpoint.as_str()));
+            }
+        }
+        None
+    }
+
     async fn with_lake<T, F>(&self, work: F) -> Result<T>
     where
         T: Send + 'static,
@@ -127,7 +141,11 @@ impl<C: Lakehouse> Destination for LakeTarget<C> {
     }
 
     async fn deliver(&mut self, delivery: &Delivery) -> Result<()> {
-        self.write(std::slice::from_ref(delivery), None).await
+        // The run's id goes into its commit, so a commit whose answer was lost is read back
+        // from the table, not guessed.
+        let checkpoint = serde_json::json!({"run": delivery.run_id}).to_string();
+        let stamp = Stamp { owner: format!("sync.{}", delivery.sync), checkpoint };
+        self.write(std::slice::from_ref(delivery), Some(&stamp)).await
     }
 
     async fn write(&mut self, deliveries: &[Delivery], stamp: Option<&Stamp>) -> Result<()> {
@@ -143,14 +161,59 @@ impl<C: Lakehouse> Destination for LakeTarget<C> {
                 return Ok(());
             }
         }
-        let result = self.with_lake(move |conn, config| write(conn, config, &deliveries, stamp.as_ref(), true)).await;
-        self.unsure = result.is_err();
-        result
+        let written = stamp.clone();
+        let outcome = on_lake_detaching(&self.lake, &self.config, move |conn, config| {
+            let result = write(conn, config, &deliveries, written.as_ref(), true);
+            let failed = result.is_err(); // the attachment is dropped after a failure
+            Ok((result, failed))
+        })
+        .await?;
+        let redact = |e: Error| Error::new(e.kind(), self.config.redact(e.message()));
+        match (outcome, stamp) {
+            (Ok(()), _) => {
+                self.unsure = false;
+                Ok(())
+            }
+            (Err(Failed::Before(e)), _) => {
+                self.unsure = false;
+                Err(redact(e))
+            }
+            (Err(Failed::AtCommit(e)), None) => {
+                self.unsure = true;
+                Err(redact(e))
+            }
+            // The catalog may have committed (its answer lost on the way back): learn it from
+            // the table, never guess.
+            (Err(Failed::AtCommit(e)), Some(stamp)) => match self.landed(&stamp).await {
+                Some(true) => {
+                    tracing::warn!(error = %redact(e), "lake: a commit's answer was lost; the table holds it");
+                    self.unsure = false;
+                    Ok(())
+                }
+                Some(false) => {
+                    self.unsure = false;
+                    Err(redact(e))
+                }
+                None => {
+                    self.unsure = true;
+                    let e = redact(e);
+                    Err(Error::new(
+                        ErrorKind::Connect,
+                        format!("{} (whether it was committed is not known yet)", e.message()),
+                    ))
+                }
+            },
+        }
     }
 
     async fn probe(&mut self, deliveries: &[Delivery]) -> Option<Result<()>> {
         let deliveries = deliveries.to_vec();
-        Some(self.with_lake(move |conn, config| write(conn, config, &deliveries, None, false)).await)
+        Some(
+            self.with_lake(move |conn, config| {
+                write(conn, config, &deliveries, None, false).map_err(Failed::into_error)
+            })
+            .await,
+        )
     }
 
     async fn keys(&mut self, _table: &str) -> Result<Option<Vec<String>>> {
@@ -183,6 +246,21 @@ impl<C: Lakehouse> Destination for LakeTarget<C> {
 /// DuckDB's integer types, as `duckdb_columns()` names them.
 const INTEGERS: [&str; 4] = ["TINYINT", "SMALLINT", "INTEGER", "BIGINT"];
 
+/// How a write failed: before its commit (nothing was committed), or at it (a REST catalog may
+/// have committed it and lost the answer).
+enum Failed {
+    Before(Error),
+    AtCommit(Error),
+}
+
+impl Failed {
+    fn into_error(self) -> Error {
+        match self {
+            Failed::Before(e) | Failed::AtCommit(e) => e,
+        }
+    }
+}
+
 /// Tables shaped, then the rows and `stamp` in one transaction, committed or (`commit` false: a
 /// probe) rolled back.
 fn write(
@@ -191,23 +269,27 @@ fn write(
     deliveries: &[Delivery],
     stamp: Option<&Stamp>,
     commit: bool,
-) -> Result<()> {
+) -> std::result::Result<(), Failed> {
     // Tables and columns first, each change a commit of its own: an Iceberg catalog does not
     // show a table to the transaction that created it. A table or column without rows is
     // harmless; the rows and the position then come in one commit.
     for delivery in deliveries {
-        shape(conn, config, delivery)?;
+        shape(conn, config, delivery).map_err(Failed::Before)?;
     }
-    conn.execute_batch("BEGIN TRANSACTION").map_err(lake_error)?;
+    conn.execute_batch("BEGIN TRANSACTION").map_err(|e| Failed::Before(lake_error(e)))?;
     let result = (|| {
         let mut tables = Vec::new();
         for delivery in deliveries {
-            tables.push(apply(conn, config, delivery)?);
+            tables.push(apply(conn, config, delivery).map_err(Failed::Before)?);
         }
         if let Some(stamp) = stamp {
-            config.write_stamp(conn, &tables, stamp)?;
+            config.write_stamp(conn, &tables, stamp).map_err(Failed::Before)?;
         }
-        conn.execute_batch(if commit { "COMMIT" } else { "ROLLBACK" }).map_err(lake_error)
+        if commit {
+            conn.execute_batch("COMMIT").map_err(|e| Failed::AtCommit(lake_error(e)))
+        } else {
+            conn.execute_batch("ROLLBACK").map_err(|e| Failed::Before(lake_error(e)))
+        }
     })();
     if result.is_err() {
         let _ = conn.execute_batch("ROLLBACK");

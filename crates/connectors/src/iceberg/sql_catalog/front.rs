@@ -396,7 +396,25 @@ async fn commit(
         Ok(path) => path,
         Err(e) => return failed(e),
     };
-    match catalog.pointers.swap(&namespace, &table, &old, &path).await {
+    let swapped = match catalog.pointers.swap(&namespace, &table, &old, &path).await {
+        // A test's fault point, counting only commits of rows (not of tables or properties).
+        Ok(true)
+            if updates.iter().any(|u| u["action"] == "add-snapshot")
+                && sluice_core::crash::lose("iceberg-sql.swap") =>
+        {
+            Err(Error::new(ErrorKind::Connect, "the database's answer to the swap was lost (SLUICE_LOSE_AT)"))
+        }
+        swapped => swapped,
+    };
+    // A failed swap may have committed (the database's answer lost): the pointer says.
+    let swapped = match swapped {
+        Err(e) => match reread(&catalog, &namespace, &table).await {
+            Some(now) if now == path => Ok(true),
+            _ => Err(e),
+        },
+        swapped => swapped,
+    };
+    match swapped {
         Ok(true) => Json(json!({"metadata-location": path, "metadata": metadata})).into_response(),
         Ok(false) => {
             if let Ok(store) = catalog.store(&path) {
@@ -404,8 +422,22 @@ async fn commit(
             }
             refuse(Refusal::conflict("another writer committed to the table first"))
         }
+        // The pointer still names the old file. The new one stays: a swap still under way in
+        // the database could yet name it.
         Err(e) => failed(e),
     }
+}
+
+/// The table's metadata location, read again after a swap whose answer failed, trying for a
+/// few seconds; `None`: it could not be read.
+async fn reread(catalog: &Catalog, namespace: &str, table: &str) -> Option<String> {
+    for wait in [0u64, 200, 1000, 3000] {
+        tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+        if let Ok(location) = catalog.pointers.location(namespace, table).await {
+            return location;
+        }
+    }
+    None
 }
 
 async fn drop_table(
