@@ -22,5 +22,6 @@ pub(crate) fn unit(ids: &[i64]) -> Vec<Delivery> {
         deletes: Vec::new(),
         table: Some("t".into()),
         copy: None,
+        keep: Vec::new(),
     }]
 }

@@ -8,6 +8,7 @@ pub mod decode;
 pub mod error;
 pub mod format;
 pub mod metrics;
+pub mod mirror;
 pub mod pipeline;
 pub mod quarantine;
 pub mod rejects;

@@ -77,6 +77,10 @@ pub struct Delivery {
     pub table: Option<String>,
     /// Rows of a stream's snapshot copy (`keys` are then the source table's key).
     pub copy: Option<CopyPhase>,
+    /// Mirror: columns these rows do not carry (the source marked them unavailable, as
+    /// Debezium does an unchanged TOASTed value): a key already in the table keeps its value
+    /// there; a new key gets NULL.
+    pub keep: Vec<String>,
 }
 
 /// Where a writer stands, kept by the destination in the same transaction as the rows it

@@ -246,6 +246,7 @@ mod tests {
                 deletes: vec![deletes],
                 table: None,
                 copy: None,
+                keep: Vec::new(),
             },
             counts: RunCounts { total: 5, inserted: 1, updated: 2, deleted: 1, detect_ms: 7 },
             is_new: vec![BooleanArray::from(vec![true, false, false])],

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use crate::harness::{DataDir, Server};
 
 /// A Postgres connector event for `public.items` at `lsn`.
-fn pg(op: &str, lsn: u64, after: Value) -> Value {
+pub(crate) fn pg(op: &str, lsn: u64, after: Value) -> Value {
     json!({
         "before": null, "after": after, "op": op, "ts_ms": 1_700_000_000_000u64 + lsn,
         "source": {"version": "3.6.3.Final", "connector": "postgresql", "name": "dbserver1",

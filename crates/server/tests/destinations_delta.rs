@@ -14,7 +14,7 @@ use crate::postgres::Postgres;
 
 /// Who reads the table.
 #[derive(Clone, Copy, Debug)]
-enum Reader {
+pub(crate) enum Reader {
     /// delta-rs's Python package, its rows handed to DuckDB as an Arrow table.
     Deltalake,
     /// DuckDB's delta extension (`delta_scan`).
@@ -23,7 +23,7 @@ enum Reader {
 
 /// The rows of `sql` over the table at `table` (a folder or `s3://…`, queried as `t`), as
 /// `|`-joined values (NULL as `-`); `None` while the table cannot be read (not made yet).
-fn read(table: &str, sql: &str, reader: Reader, s3: Option<&str>) -> Option<Vec<String>> {
+pub(crate) fn read(table: &str, sql: &str, reader: Reader, s3: Option<&str>) -> Option<Vec<String>> {
     let options = s3.map_or("{}".to_string(), |endpoint| {
         format!(
             "{{'AWS_ENDPOINT_URL': '{endpoint}', 'AWS_ACCESS_KEY_ID': 'test', 'AWS_SECRET_ACCESS_KEY': 'test', \

@@ -30,6 +30,7 @@ fn rows(ids: std::ops::Range<i64>) -> Delivery {
         deletes: Vec::new(),
         table: Some("chunks".into()),
         copy: None,
+        keep: Vec::new(),
     }
 }
 

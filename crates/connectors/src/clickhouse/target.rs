@@ -135,6 +135,17 @@ impl ClickhouseTarget {
 
     /// Insert one delivery's rows (and a keyed one's deletes, as rows marked deleted).
     async fn apply(&mut self, table: &str, delivery: &Delivery, unit: u64) -> Result<()> {
+        if let Some(column) = delivery.keep.first() {
+            // A row of a ReplacingMergeTree replaces the whole row: the value to keep would be
+            // lost. Refused as data, so the quarantine sends these rows to the ledger.
+            return Err(Error::new(
+                ErrorKind::Data,
+                format!(
+                    "clickhouse: the change does not carry column '{column}' (the source marked it unavailable), \
+                     and a ClickHouse row cannot keep the value it had"
+                ),
+            ));
+        }
         let columns = self.columns(table).await?;
         let keyed = columns.iter().any(|(n, _)| n == VERSION);
         // A row's version: the time of the write, so later writes win (also after a stream

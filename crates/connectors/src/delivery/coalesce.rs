@@ -25,7 +25,7 @@ pub(crate) fn coalesce(deliveries: Vec<Delivery>) -> Result<Vec<Delivery>> {
             out.push(next);
             continue;
         };
-        if last.schema != next.schema || last.keys != next.keys {
+        if last.schema != next.schema || last.keys != next.keys || last.keep != next.keep {
             out.push(next);
             continue;
         }
@@ -159,6 +159,7 @@ mod tests {
             deletes,
             table: Some(table.into()),
             copy: None,
+            keep: Vec::new(),
         }
     }
 

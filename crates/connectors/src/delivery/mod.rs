@@ -9,7 +9,6 @@
 //! the push route, and a client's retry of that push is answered, not stored twice.
 
 mod coalesce;
-mod mirror;
 mod staged;
 
 use std::sync::{Arc, Weak};
@@ -56,8 +55,8 @@ pub struct DeliverySink {
     second: Option<Shared>,
 }
 
-/// The column that carries a change's op (`c`, `u`, `d`, `r`) to custom SQL.
-pub(crate) const OP_COLUMN: &str = "__op";
+use sluice_core::mirror;
+pub(crate) use sluice_core::mirror::OP_COLUMN;
 
 /// What a destination keeps as a stream's stamp: the checkpoint, and the push keys of the
 /// unit it came with.
@@ -208,7 +207,7 @@ impl DeliverySink {
                 continue;
             }
             if let Some(mirror) = &table.mirror {
-                out.extend(mirror::deliveries(&self.stream, table, mirror)?);
+                out.extend(mirror::plan(&self.stream, table, mirror)?);
                 continue;
             }
             let replace = table.snapshot.as_ref().is_some_and(|s| s.clear);
@@ -226,6 +225,7 @@ impl DeliverySink {
                     .snapshot
                     .as_ref()
                     .map(|s| if s.complete { CopyPhase::Complete } else { CopyPhase::Copying }),
+                keep: Vec::new(),
             });
         }
         Ok(out)
@@ -249,6 +249,7 @@ impl DeliverySink {
                 deletes: Vec::new(),
                 table: Some(table.clone()),
                 copy: None,
+                keep: Vec::new(),
             });
         }
         Ok(deliveries)

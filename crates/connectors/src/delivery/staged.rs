@@ -40,6 +40,8 @@ struct Staged {
     deletes: Option<String>,
     #[serde(default)]
     copy: Option<CopyPhase>,
+    #[serde(default)]
+    keep: Vec<String>,
 }
 
 /// What the destination keeps as the stamp of a staged stream.
@@ -197,6 +199,7 @@ impl Shared {
                 row_count: (d.row_count() + d.delete_count()) as u64,
                 deletes,
                 copy: d.copy,
+                keep: d.keep.clone(),
             });
         }
         let manifest = Manifest {
@@ -229,6 +232,7 @@ impl Shared {
                     deletes,
                     table: d.table.clone(),
                     copy: d.copy,
+                    keep: d.keep.clone(),
                 })
             })
             .collect()

@@ -317,12 +317,21 @@ impl Table {
         }
         let touched: BTreeSet<Arc<str>> =
             changed.iter().filter_map(|k| index.files.get(k)).flatten().cloned().collect();
+        // Rows that lack columns (`keep`) take them from their keys' rows in the files
+        // rewritten here (a delivery with `keep` deletes nothing: its changed keys are its rows').
+        let (mut old_rows, mut old_of) = (Vec::<RecordBatch>::new(), HashMap::<Vec<u8>, (usize, usize)>::new());
         for path in touched {
             let batches = files::read(&self.log, &path, &work.schema, None).await?;
             let index = work.index.as_mut().expect("built above");
             let mut kept = Vec::new();
             for batch in batches {
                 let keys = index.codec.keys(&batch)?;
+                if !delivery.keep.is_empty() {
+                    for (r, key) in keys.iter().enumerate().filter(|(_, k)| changed.contains(*k)) {
+                        old_of.insert(key.clone(), (old_rows.len(), r));
+                    }
+                    old_rows.push(batch.clone());
+                }
                 let keep: BooleanArray = keys.iter().map(|k| Some(!changed.contains(k))).collect();
                 index.forget(&keys, &path);
                 let batch = filter_record_batch(&batch, &keep).map_err(fault)?;
@@ -333,6 +342,11 @@ impl Table {
             work.remove(&path);
             let kept_rows = kept.iter().map(RecordBatch::num_rows).sum();
             self.add(work, &kept, kept_rows).await?;
+        }
+        if !old_of.is_empty() {
+            let codec = &work.index.as_ref().expect("built above").codec;
+            rows =
+                rows.iter().map(|b| with_kept(b, codec, &delivery.keep, &old_rows, &old_of)).collect::<Result<_>>()?;
         }
         self.add(work, &rows, count).await
     }
@@ -406,4 +420,29 @@ fn protocol_for(schema: &Schema, existing: Option<&Protocol>) -> Protocol {
         reader_features: Some(reader),
         writer_features: Some(writer),
     }
+}
+
+/// `batch` with its columns `keep` taken from the old row of each key that has one.
+fn with_kept(
+    batch: &RecordBatch,
+    codec: &KeyCodec,
+    keep: &[String],
+    old_rows: &[RecordBatch],
+    old_of: &HashMap<Vec<u8>, (usize, usize)>,
+) -> Result<RecordBatch> {
+    let fault = |e: arrow::error::ArrowError| Error::new(ErrorKind::Fatal, format!("delta: {e}"));
+    let picks: Vec<(usize, usize)> = codec
+        .keys(batch)?
+        .iter()
+        .enumerate()
+        .map(|(r, k)| old_of.get(k).map_or((0, r), |(b, row)| (b + 1, *row)))
+        .collect();
+    let mut columns = batch.columns().to_vec();
+    for column in keep {
+        let Ok(i) = batch.schema().index_of(column) else { continue };
+        let mut sources: Vec<&dyn arrow::array::Array> = vec![batch.column(i).as_ref()];
+        sources.extend(old_rows.iter().map(|o| o.column(i).as_ref()));
+        columns[i] = arrow::compute::interleave(&sources, &picks).map_err(fault)?;
+    }
+    RecordBatch::try_new(batch.schema(), columns).map_err(fault)
 }

@@ -336,8 +336,18 @@ impl Destination for HttpApiTarget {
         let mut batch_no = 0usize;
         let url = self.config.deletes.url.clone().unwrap_or_else(|| self.config.url.clone());
         let flag = self.config.deletes.flag.clone();
+        // Columns the rows lack (`keep`) are left out: the API keeps what it has for them.
+        let rows: Vec<RecordBatch> = delivery
+            .rows
+            .iter()
+            .map(|b| {
+                let sent: Vec<usize> =
+                    (0..b.num_columns()).filter(|i| !delivery.keep.contains(b.schema().field(*i).name())).collect();
+                b.project(&sent).map_err(|e| Error::new(ErrorKind::Fatal, format!("http: {e}")))
+            })
+            .collect::<Result<_>>()?;
         let sends = [
-            (request_rows(&delivery.rows, None)?, self.config.method, self.config.url.clone()),
+            (request_rows(&rows, None)?, self.config.method, self.config.url.clone()),
             (request_rows(&delivery.deletes, Some(&flag))?, self.config.deletes.method, url),
         ];
         for (rows, method, url) in sends {

@@ -369,6 +369,16 @@ fn apply(conn: &Connection, config: &impl Lakehouse, delivery: &Delivery) -> Res
                 ));
             }
             if delivery.row_count() > 0 {
+                // Columns the rows lack keep the values their keys have in the table.
+                if !delivery.keep.is_empty() {
+                    let sets: Vec<String> = delivery.keep.iter().map(|c| format!("{0} = t.{0}", quote(c))).collect();
+                    let on: Vec<String> = keys.iter().map(|k| format!("s.{k} IS NOT DISTINCT FROM t.{k}")).collect();
+                    sql.push_str(&format!(
+                        "UPDATE temp.main.sluice_stage AS s SET {} FROM {table} AS t WHERE {}; ",
+                        sets.join(", "),
+                        on.join(" AND ")
+                    ));
+                }
                 sql.push_str(&format!(
                     "DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM temp.main.sluice_stage s WHERE {}); \
                      INSERT INTO {table} ({list}) SELECT {list} FROM temp.main.sluice_stage",

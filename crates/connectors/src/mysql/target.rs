@@ -334,7 +334,7 @@ async fn apply(conn: &mut Conn, table: &str, columns: &[String], keys: &[String]
         .await
         .map_err(sql_error)?;
         insert(conn, "sluice_stage", columns, &delivery.rows).await?;
-        if let Some(update) = D.update_from(table, "sluice_stage", columns, keys) {
+        if let Some(update) = D.update_from(table, "sluice_stage", columns, keys, &delivery.keep) {
             conn.query_drop(update).await.map_err(sql_error)?;
         }
         conn.query_drop(D.insert_missing(table, "sluice_stage", columns, keys)).await.map_err(sql_error)?;

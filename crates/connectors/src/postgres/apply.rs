@@ -84,11 +84,19 @@ pub(super) async fn apply(tx: &Transaction<'_>, schema: &str, name: &str, delive
                 if unique_on(tx, schema, name, keys).await? {
                     // One statement, an index probe per row, instead of a join for the updates
                     // and another for the inserts.
-                    tx.batch_execute(&Dialect::Postgres.upsert_on_conflict(&table, "sluice_stage", &columns, keys))
-                        .await
-                        .map_err(sql_error)?;
+                    tx.batch_execute(&Dialect::Postgres.upsert_on_conflict(
+                        &table,
+                        "sluice_stage",
+                        &columns,
+                        keys,
+                        &delivery.keep,
+                    ))
+                    .await
+                    .map_err(sql_error)?;
                 } else {
-                    if let Some(update) = Dialect::Postgres.update_from(&table, "sluice_stage", &columns, keys) {
+                    if let Some(update) =
+                        Dialect::Postgres.update_from(&table, "sluice_stage", &columns, keys, &delivery.keep)
+                    {
                         tx.batch_execute(&update).await.map_err(sql_error)?;
                     }
                     let insert = Dialect::Postgres.insert_missing(&table, "sluice_stage", &columns, keys);

@@ -169,6 +169,35 @@ pub(super) fn statements(
             // in: the effect of one MERGE (fakesnow cannot run MERGE inside a transaction: it
             // writes its own catalog, another database, for it).
             let on: Vec<String> = delivery.keys.iter().map(|k| format!("t.{0} = s.{0}", name(k))).collect();
+            if !delivery.keep.is_empty() {
+                // Rows that lack columns: their keys' rows are updated but those columns, and
+                // new keys inserted (a delivery with `keep` deletes nothing).
+                let sets: Vec<String> = (delivery.schema.fields().iter().zip(variants))
+                    .filter(|(f, _)| !delivery.keys.contains(f.name()) && !delivery.keep.contains(f.name()))
+                    .map(|(f, semi)| {
+                        let c = format!("s.{}", name(f.name()));
+                        let value = if *semi { variant(&c, is_json(f)) } else { c };
+                        format!("{} = {value}", name(f.name()))
+                    })
+                    .collect();
+                let mut out = vec![copy(landing)];
+                if !sets.is_empty() {
+                    out.push(format!(
+                        "UPDATE {table} AS t SET {} FROM {landing} AS s WHERE {}",
+                        sets.join(", "),
+                        on.join(" AND ")
+                    ));
+                }
+                out.extend([
+                    format!(
+                        "INSERT INTO {table} ({columns}) SELECT {values} FROM {landing} AS s WHERE NOT EXISTS \
+                         (SELECT 1 FROM {table} AS t WHERE {})",
+                        on.join(" AND ")
+                    ),
+                    format!("DELETE FROM {landing}"),
+                ]);
+                return out;
+            }
             vec![
                 copy(landing),
                 format!("DELETE FROM {table} AS t USING {landing} AS s WHERE {}", on.join(" AND ")),

@@ -127,9 +127,17 @@ impl Dialect {
         keys.iter().map(|k| format!("{left}.{q} = {right}.{q}", q = self.quote(k))).collect::<Vec<_>>().join(" AND ")
     }
 
-    /// Update the rows of `table` whose key is in `stage`; `None` when only keys are sent.
-    pub(crate) fn update_from(self, table: &str, stage: &str, columns: &[String], keys: &[String]) -> Option<String> {
-        let values: Vec<&String> = columns.iter().filter(|c| !keys.contains(c)).collect();
+    /// Update the rows of `table` whose key is in `stage`, but for the columns in `keep` (see
+    /// [`sluice_core::Delivery::keep`]); `None` when there is nothing to set.
+    pub(crate) fn update_from(
+        self,
+        table: &str,
+        stage: &str,
+        columns: &[String],
+        keys: &[String],
+        keep: &[String],
+    ) -> Option<String> {
+        let values: Vec<&String> = columns.iter().filter(|c| !keys.contains(c) && !keep.contains(c)).collect();
         if values.is_empty() {
             return None;
         }
@@ -158,13 +166,21 @@ impl Dialect {
     }
 
     /// Postgres: insert the rows of `stage`, and where the key is already in `table` update the
-    /// row instead, in one statement. Needs a unique index on exactly the key columns; the same
-    /// rows result as `update_from` then `insert_missing` (a stage holds each key once).
-    pub(crate) fn upsert_on_conflict(self, table: &str, stage: &str, columns: &[String], keys: &[String]) -> String {
+    /// row instead (but the columns in `keep`), in one statement. Needs a unique index on
+    /// exactly the key columns; the same rows result as `update_from` then `insert_missing` (a
+    /// stage holds each key once).
+    pub(crate) fn upsert_on_conflict(
+        self,
+        table: &str,
+        stage: &str,
+        columns: &[String],
+        keys: &[String],
+        keep: &[String],
+    ) -> String {
         let list = self.list(columns);
         let sets: Vec<String> = columns
             .iter()
-            .filter(|c| !keys.contains(c))
+            .filter(|c| !keys.contains(c) && !keep.contains(c))
             .map(|c| format!("{q} = excluded.{q}", q = self.quote(c)))
             .collect();
         let action = if sets.is_empty() { "NOTHING".to_string() } else { format!("UPDATE SET {}", sets.join(", ")) };

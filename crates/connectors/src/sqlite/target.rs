@@ -254,7 +254,7 @@ fn apply(conn: &Connection, name: &str, delivery: &Delivery) -> Result<()> {
                 ))
                 .map_err(sql_error)?;
                 insert(conn, "sluice_stage", &columns, &delivery.rows)?;
-                if let Some(update) = D.update_from(&table, "sluice_stage", &columns, keys) {
+                if let Some(update) = D.update_from(&table, "sluice_stage", &columns, keys, &delivery.keep) {
                     conn.execute_batch(&update).map_err(sql_error)?;
                 }
                 conn.execute_batch(&D.insert_missing(&table, "sluice_stage", &columns, keys)).map_err(sql_error)?;

@@ -219,6 +219,7 @@ fn delivery(
         deletes,
         table: None,
         copy: None,
+        keep: Vec::new(),
     }
 }
 
