@@ -48,8 +48,9 @@ struct Changes<'a> {
     by_key: Vec<Vec<usize>>,
     /// Per row, its key's entry in `by_key` (rows before the last truncate: none).
     key_of: Vec<Option<usize>>,
-    /// The unit's last truncate.
-    truncate: Option<usize>,
+    /// The unit empties the table (a truncate, or the first chunk of a new snapshot copy):
+    /// nothing of it is kept.
+    cleared: bool,
 }
 
 impl<'a> Changes<'a> {
@@ -72,8 +73,8 @@ impl<'a> Changes<'a> {
         let keyed = converter.convert_columns(&key_columns).map_err(arrow_error)?;
         let mut slot: HashMap<arrow::row::Row<'_>, usize> = HashMap::new();
         let (mut by_key, mut key_of) = (Vec::<Vec<usize>>::new(), vec![None; rows]);
-        for i in from..rows {
-            if mirror.ops[i] == ChangeOp::Truncate {
+        for (i, op) in mirror.ops.iter().enumerate().skip(from) {
+            if *op == ChangeOp::Truncate {
                 continue;
             }
             let next = by_key.len();
@@ -84,7 +85,8 @@ impl<'a> Changes<'a> {
             by_key[k].push(i);
             key_of[i] = Some(k);
         }
-        Ok(Self { write, mirror, by_key, key_of, truncate })
+        let cleared = truncate.is_some() || write.snapshot.as_ref().is_some_and(|s| s.clear);
+        Ok(Self { write, mirror, by_key, key_of, cleared })
     }
 
     fn unavailable(&self, row: usize) -> &[String] {
@@ -102,7 +104,7 @@ impl<'a> Changes<'a> {
                 return Fill::Row(earlier);
             }
         }
-        if self.truncate.is_some() { Fill::Null } else { Fill::Table }
+        if self.cleared { Fill::Null } else { Fill::Table }
     }
 
     /// The columns of `rows` (indices), each unavailable value taken from the earlier change
@@ -160,7 +162,7 @@ pub fn plan(stream: &str, write: &TableWrite, mirror: &MirrorWrite) -> Result<Ve
     let (gone, kept): (Vec<usize>, Vec<usize>) = winners.into_iter().partition(|i| mirror.ops[*i] == ChangeOp::Delete);
     let (upserts, lacking) = changes.filled(&kept)?;
     // After a truncate, or from the first chunk of a new snapshot copy, the rows are the table.
-    let replace = changes.truncate.is_some() || write.snapshot.as_ref().is_some_and(|s| s.clear);
+    let replace = changes.cleared;
     let key_indices = key_indices(data, &mirror.keys)?;
     let keys_only = take(&data.project(&key_indices).map_err(arrow_error)?, &gone)?;
     // Rows grouped by the columns they lack; the whole ones (and the deletes) first.
@@ -419,6 +421,16 @@ mod tests {
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!((out[0].mode, rows(&out[0])), (SyncMode::Replace, vec!["2=-".into(), "3=c".into()]));
         assert!(out[0].keep.is_empty() && out[0].deletes.is_empty());
+    }
+
+    #[test]
+    fn the_first_chunk_of_a_new_copy_keeps_nothing() {
+        let mut w = write(&[(Update, 1, None, true), (Insert, 2, Some("b"), false)], false);
+        w.snapshot = Some(crate::batch::SnapshotWrite { clear: true, ..Default::default() });
+        let out = plan("s", &w, w.mirror.as_ref().unwrap()).unwrap();
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!((out[0].mode, rows(&out[0])), (SyncMode::Replace, vec!["1=-".into(), "2=b".into()]));
+        assert!(out[0].keep.is_empty());
     }
 
     #[test]

@@ -192,4 +192,10 @@ pub trait Destination: Send {
     async fn finish(&mut self) -> Result<()> {
         Ok(())
     }
+
+    /// Whether it keeps a row's columns a delivery lists in [`Delivery::keep`] (a row it
+    /// replaces whole, as a ClickHouse table or a change file does, cannot).
+    fn keeps_columns(&self) -> bool {
+        true
+    }
 }

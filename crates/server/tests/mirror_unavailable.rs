@@ -1,6 +1,6 @@
 //! One mirror plan, every destination: Debezium changes whose unchanged TOASTed column is
 //! marked unavailable (the placeholder), pushed to mirror streams into the workspace, Postgres,
-//! MariaDB, SQLite, DuckLake, Iceberg and Delta. Each table keeps the value its key had, read
+//! MariaDB, SQLite, DuckLake, Iceberg, Delta and Snowflake (row by row and staged). Each table keeps the value its key had, read
 //! back by an independent reader (psql, the mariadb client, Python's sqlite3 and duckdb,
 //! pyiceberg, deltalake). Before the plan moved to core, every destination set it to NULL.
 
@@ -15,6 +15,7 @@ use crate::harness::{DataDir, Server, wait_slowly};
 use crate::iceberg_rest::IcebergRest;
 use crate::mariadb::MariaDb;
 use crate::postgres::Postgres;
+use crate::snowflake::FakeSnow;
 
 const ROWS: &str = "SELECT id, coalesce(length(body), -1), n FROM {t} ORDER BY id";
 
@@ -36,6 +37,7 @@ async fn an_unavailable_toast_value_is_kept_by_the_workspace_and_every_destinati
     let pg_dest = Postgres::start();
     let db = MariaDb::start();
     let catalog = IcebergRest::start();
+    let snow = FakeSnow::start();
     let (dir, files) = (DataDir::new("mirror-unavailable"), DataDir::new("mirror-unavailable-files"));
     let server = Server::start(&dir.0).await;
     let (sqlite, lake, delta) = (files.0.join("t.sqlite"), files.0.join("lake"), files.0.join("delta"));
@@ -56,12 +58,19 @@ async fn an_unavailable_toast_value_is_kept_by_the_workspace_and_every_destinati
         ("duck", crate::destinations_ducklake::lake_destination(&lake)),
         ("ice", catalog.destination()),
         ("delta", json!({"kind": "delta", "location": delta.display().to_string()})),
+        ("snow", snow.destination()),
+        ("snows", {
+            let mut staged = snow.destination();
+            staged["copy_rows"] = json!(1);
+            staged
+        }),
     ];
     let mut keys = Vec::new();
     for (name, destination) in &destinations {
         // History where the destination keeps it (Iceberg needs multi_table_commit, Delta has none).
-        let history = !matches!(*name, "ice" | "delta");
-        let mut stream = json!({"name": name, "table": "toast_items", "mode": "mirror", "format": "debezium",
+        let history = !matches!(*name, "ice" | "delta" | "snow" | "snows");
+        let table = if *name == "snows" { "toast_staged" } else { "toast_items" };
+        let mut stream = json!({"name": name, "table": table, "mode": "mirror", "format": "debezium",
                                 "keys": ["id"], "history": history, "flush": {"max_wait_ms": 20}});
         if !destination.is_null() {
             stream["destination"] = destination.clone();
@@ -85,6 +94,14 @@ async fn an_unavailable_toast_value_is_kept_by_the_workspace_and_every_destinati
                 Reader::Deltalake,
                 None,
             ),
+            "snow" | "snows" => {
+                let table = if name == "snow" { "toast_items" } else { "toast_staged" };
+                (snow.count(table) > 0).then(|| {
+                    snow.lines(&format!(
+                        "SELECT \"id\", coalesce(length(\"body\"), -1), \"n\" FROM \"{table}\" ORDER BY \"id\""
+                    ))
+                })
+            }
             _ => unreachable!(),
         }
     };

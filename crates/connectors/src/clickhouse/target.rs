@@ -135,17 +135,6 @@ impl ClickhouseTarget {
 
     /// Insert one delivery's rows (and a keyed one's deletes, as rows marked deleted).
     async fn apply(&mut self, table: &str, delivery: &Delivery, unit: u64) -> Result<()> {
-        if let Some(column) = delivery.keep.first() {
-            // A row of a ReplacingMergeTree replaces the whole row: the value to keep would be
-            // lost. Refused as data, so the quarantine sends these rows to the ledger.
-            return Err(Error::new(
-                ErrorKind::Data,
-                format!(
-                    "clickhouse: the change does not carry column '{column}' (the source marked it unavailable), \
-                     and a ClickHouse row cannot keep the value it had"
-                ),
-            ));
-        }
         let columns = self.columns(table).await?;
         let keyed = columns.iter().any(|(n, _)| n == VERSION);
         // A row's version: the time of the write, so later writes win (also after a stream
@@ -333,6 +322,11 @@ fn number(v: &Value) -> Option<u64> {
 
 #[async_trait]
 impl Destination for ClickhouseTarget {
+    /// A row of a ReplacingMergeTree replaces the whole row.
+    fn keeps_columns(&self) -> bool {
+        false
+    }
+
     async fn check(&mut self) -> Result<()> {
         let result = async { self.client().await?.query("SELECT 1").await.map(drop) }.await;
         self.forget_on_error(result)

@@ -177,6 +177,19 @@ mod tests {
     }
 
     #[test]
+    fn rows_that_keep_columns_are_not_merged_with_whole_ones() {
+        let mut lacking = delivery("a", SyncMode::Mirror, vec![rows(&[2], "x")], Vec::new());
+        lacking.keep = vec!["name".into()];
+        let out = coalesce(vec![
+            delivery("a", SyncMode::Mirror, vec![rows(&[1], "x")], Vec::new()),
+            lacking,
+            delivery("a", SyncMode::Mirror, vec![rows(&[3], "y")], Vec::new()),
+        ])
+        .unwrap();
+        assert_eq!(out.iter().map(|d| d.keep.len()).collect::<Vec<_>>(), [0, 1, 0], "{out:?}");
+    }
+
+    #[test]
     fn appends_of_a_table_become_one_and_other_tables_keep_theirs() {
         let out = coalesce(vec![
             delivery("a", SyncMode::Append, vec![rows(&[1, 2], "x")], vec![]),

@@ -39,6 +39,9 @@ pub struct DeliverySink {
     /// Whether the destination keeps the stream's position with the rows (databases and
     /// files); an HTTP API does not, so the workspace keeps it and delivery is at least once.
     stamps: bool,
+    /// The destination keeps columns a delivery lists in `keep`; when it cannot, they are
+    /// written as NULL, said in the log and counted (`unavailable_not_kept`).
+    keeps: bool,
     workspace: Workspace,
     /// A push stream's idempotency keys, to give back those a crash kept from the workspace.
     push_keys: Option<KeyMemory>,
@@ -79,7 +82,9 @@ impl DeliverySink {
     ) -> Result<Self> {
         let stream_config = stream;
         let (stage, stream) = (stream.stage, stream.name.as_str());
-        let destination: Shared = Arc::new(Mutex::new(open(stream, config, stage, &workspace)?));
+        let opened = open(stream, config, stage, &workspace)?;
+        let keeps = opened.keeps_columns();
+        let destination: Shared = Arc::new(Mutex::new(opened));
         tokio::spawn(tick(stream.to_string(), Arc::downgrade(&destination), metrics.clone()));
         if let DestinationConfig::Ducklake(lake) = config {
             // Small-file upkeep beside the writer, while the sink lives.
@@ -115,6 +120,7 @@ impl DeliverySink {
             stream: stream.to_string(),
             destination,
             stamps,
+            keeps,
             workspace,
             push_keys: None,
             metrics,
@@ -207,7 +213,15 @@ impl DeliverySink {
                 continue;
             }
             if let Some(mirror) = &table.mirror {
-                out.extend(mirror::plan(&self.stream, table, mirror)?);
+                let mut planned = mirror::plan(&self.stream, table, mirror)?;
+                for d in planned.iter_mut().filter(|d| !self.keeps && !d.keep.is_empty()) {
+                    tracing::warn!(stream = %self.stream, table = %table.table, columns = ?d.keep, rows = d.row_count(),
+                        "the source did not send these columns (unavailable) and the destination cannot keep the \
+                         values it has: they are written as NULL");
+                    self.metrics.add_destination("unavailable_not_kept", d.row_count() as f64);
+                    d.keep.clear();
+                }
+                out.extend(planned);
                 continue;
             }
             let replace = table.snapshot.as_ref().is_some_and(|s| s.clear);

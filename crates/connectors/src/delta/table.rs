@@ -439,7 +439,10 @@ fn with_kept(
         .collect();
     let mut columns = batch.columns().to_vec();
     for column in keep {
-        let Ok(i) = batch.schema().index_of(column) else { continue };
+        // `conform` gave the rows the table's spelling of each name.
+        let Some(i) = batch.schema().fields().iter().position(|f| f.name().eq_ignore_ascii_case(column)) else {
+            continue;
+        };
         let mut sources: Vec<&dyn arrow::array::Array> = vec![batch.column(i).as_ref()];
         sources.extend(old_rows.iter().map(|o| o.column(i).as_ref()));
         columns[i] = arrow::compute::interleave(&sources, &picks).map_err(fault)?;

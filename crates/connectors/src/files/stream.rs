@@ -126,17 +126,6 @@ fn file_rows(delivery: &Delivery) -> Result<Vec<RecordBatch>> {
             batches
         }
         SyncMode::Upsert | SyncMode::Mirror => {
-            if let Some(column) = delivery.keep.first() {
-                // A change file's row is the whole row: a reader would take the missing value
-                // as NULL. Refused as data, so the quarantine sends these rows to the ledger.
-                return Err(Error::new(
-                    ErrorKind::Data,
-                    format!(
-                        "files: the change does not carry column '{column}' (the source marked it unavailable), \
-                         and a change file cannot say to keep the value it had"
-                    ),
-                ));
-            }
             let (_, batches) = change_batches(&delivery.schema, &delivery.rows, &delivery.deletes)?;
             batches.into_iter().filter(|b| b.num_rows() > 0).collect()
         }
@@ -145,6 +134,11 @@ fn file_rows(delivery: &Delivery) -> Result<Vec<RecordBatch>> {
 
 #[async_trait]
 impl Destination for FilesStream {
+    /// A change file's row is the whole row.
+    fn keeps_columns(&self) -> bool {
+        false
+    }
+
     async fn check(&mut self) -> Result<()> {
         self.store()?.check().await
     }

@@ -141,9 +141,15 @@ impl<C: Lakehouse> Destination for LakeTarget<C> {
     }
 
     async fn deliver(&mut self, delivery: &Delivery) -> Result<()> {
+        // A run with nothing to change commits nothing (no snapshot, no stamp).
+        if delivery.row_count() == 0 && delivery.delete_count() == 0 && delivery.mode != SyncMode::Replace {
+            return self.write(std::slice::from_ref(delivery), None).await;
+        }
         // The run's id goes into its commit, so a commit whose answer was lost is read back
-        // from the table, not guessed.
-        let checkpoint = serde_json::json!({"run": delivery.run_id}).to_string();
+        // from the table, not guessed; its time orders it after the stamps of earlier runs
+        // (a table the sync wrote before keeps the stamp it had then).
+        let now = chrono::Utc::now().timestamp_micros();
+        let checkpoint = serde_json::json!({"run": delivery.run_id, "checkpoint": {"sequence": now}}).to_string();
         let stamp = Stamp { owner: format!("sync.{}", delivery.sync), checkpoint };
         self.write(std::slice::from_ref(delivery), Some(&stamp)).await
     }
@@ -190,8 +196,10 @@ impl<C: Lakehouse> Destination for LakeTarget<C> {
                     self.unsure = false;
                     Ok(())
                 }
+                // Not there yet: a commit still under way could land after this read, so the
+                // next try checks again.
                 Some(false) => {
-                    self.unsure = false;
+                    self.unsure = true;
                     Err(redact(e))
                 }
                 None => {

@@ -330,6 +330,9 @@ impl SnowflakeTarget {
         if delivery.mode == SyncMode::Replace {
             out.push((format!("DELETE FROM {qualified}"), Vec::new()));
         }
+        if !delivery.keep.is_empty() {
+            return self.statements_keeping(&qualified, delivery, variants);
+        }
         if delivery.mode.keyed() && !delivery.keys.is_empty() {
             let condition: Vec<String> = delivery.keys.iter().map(|k| format!("{} = ?", self.config.name(k))).collect();
             let delete = format!("DELETE FROM {qualified} WHERE {}", condition.join(" AND "));
@@ -357,6 +360,65 @@ impl SnowflakeTarget {
             } else {
                 format!("INSERT INTO {qualified} ({names}) VALUES ({marks})")
             };
+            out.push((insert, bindings(batch)?));
+        }
+        Ok(out)
+    }
+
+    /// The statements of a delivery whose rows lack the columns in `keep`: the rows of keys
+    /// the table has are updated but those columns; the others are inserted (NULL in them).
+    fn statements_keeping(
+        &self,
+        qualified: &str,
+        delivery: &Delivery,
+        variants: &[bool],
+    ) -> Result<Vec<(String, Vec<Binding>)>> {
+        let fault = |e: arrow::error::ArrowError| Error::new(sluice_core::ErrorKind::Fatal, "keep").with_source(e);
+        let name = |c: &str| self.config.name(c);
+        let schema = &delivery.schema;
+        let keys: Vec<usize> = delivery.keys.iter().filter_map(|k| schema.index_of(k).ok()).collect();
+        let sets: Vec<usize> = (0..schema.fields().len())
+            .filter(|i| !keys.contains(i) && !delivery.keep.contains(schema.field(*i).name()))
+            .collect();
+        let value = |i: usize, column: String| {
+            if variants[i] { stage::variant(&column, is_json(schema.field(i))) } else { column }
+        };
+        let mut out = Vec::new();
+        for batch in delivery.rows.iter().filter(|b| b.num_rows() > 0) {
+            if !sets.is_empty() {
+                // `SELECT … FROM VALUES` binds them, so a VARIANT takes its value through a function.
+                let assigned: Vec<String> = sets
+                    .iter()
+                    .enumerate()
+                    .map(|(n, i)| {
+                        format!("{} = {}", name(schema.field(*i).name()), value(*i, format!("v.column{}", n + 1)))
+                    })
+                    .collect();
+                let on: Vec<String> = keys
+                    .iter()
+                    .enumerate()
+                    .map(|(n, i)| format!("t.{} = v.column{}", name(schema.field(*i).name()), sets.len() + n + 1))
+                    .collect();
+                let marks = vec!["?"; sets.len() + keys.len()].join(", ");
+                let update = format!(
+                    "UPDATE {qualified} AS t SET {} FROM (SELECT * FROM VALUES ({marks})) AS v WHERE {}",
+                    assigned.join(", "),
+                    on.join(" AND ")
+                );
+                let order: Vec<usize> = sets.iter().chain(&keys).copied().collect();
+                out.push((update, bindings(&batch.project(&order).map_err(fault)?)?));
+            }
+            let names: Vec<String> = schema.fields().iter().map(|f| name(f.name())).collect();
+            let select: Vec<String> = (0..names.len()).map(|i| value(i, format!("v.column{}", i + 1))).collect();
+            let missing: Vec<String> = keys.iter().map(|i| format!("t.{} = v.column{}", names[*i], i + 1)).collect();
+            let insert = format!(
+                "INSERT INTO {qualified} ({}) SELECT {} FROM (SELECT * FROM VALUES ({})) AS v \
+                 WHERE NOT EXISTS (SELECT 1 FROM {qualified} AS t WHERE {})",
+                names.join(", "),
+                select.join(", "),
+                vec!["?"; names.len()].join(", "),
+                missing.join(" AND ")
+            );
             out.push((insert, bindings(batch)?));
         }
         Ok(out)

@@ -422,9 +422,18 @@ async fn commit(
             }
             refuse(Refusal::conflict("another writer committed to the table first"))
         }
-        // The pointer still names the old file. The new one stays: a swap still under way in
-        // the database could yet name it.
-        Err(e) => failed(e),
+        // The swap was sent and its outcome is not known (the pointer could not be read, or
+        // still names the old file while the swap may be under way): the REST spec's answer
+        // for that is a 5xx other than 503 (`CommitStateUnknownException`), on which a client
+        // must not remove the commit's files; the new metadata file stays.
+        Err(e) => {
+            tracing::warn!(error = %e, "Iceberg SQL catalog: whether a commit landed is not known");
+            refuse(Refusal {
+                status: 500,
+                kind: "CommitStateUnknownException",
+                message: format!("whether the commit landed is not known: {}", e.message()),
+            })
+        }
     }
 }
 
