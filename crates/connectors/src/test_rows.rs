@@ -23,5 +23,6 @@ pub(crate) fn unit(ids: &[i64]) -> Vec<Delivery> {
         table: Some("t".into()),
         copy: None,
         keep: Vec::new(),
+        multiset: false,
     }]
 }

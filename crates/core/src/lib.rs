@@ -34,5 +34,5 @@ pub use schema::{ColumnType, TableSchema};
 pub use secret::Secret;
 pub use sink::{Sink, StateStore};
 pub use source::{ChunkReport, RejectedEvent, Source};
-pub use sync::{CopyPhase, Delivery, Destination, Stamp, SyncMode};
+pub use sync::{Capabilities, CopyPhase, Delivery, Destination, Stamp, SyncMode};
 pub use sync_run::{Planner, RunCounts, SyncPlan, SyncSpec};

@@ -142,8 +142,17 @@ impl<'a> Changes<'a> {
 }
 
 /// The deliveries of one mirrored table's write: its rows and deletes (rows that lack a column
-/// in deliveries of their own, with it in `keep`), then its history's.
-pub fn plan(stream: &str, write: &TableWrite, mirror: &MirrorWrite) -> Result<Vec<Delivery>> {
+/// in deliveries of their own, with it in `keep`), then its history's. A table without a key
+/// (`whole_row`) is a multiset, for a destination that `multiset` says can apply one.
+pub fn plan(stream: &str, write: &TableWrite, mirror: &MirrorWrite, multiset: bool) -> Result<Vec<Delivery>> {
+    if mirror.whole_row && multiset {
+        let changes = Changes::new(write, mirror)?;
+        let mut out = vec![counted(stream, &changes)?];
+        if mirror.history {
+            out.push(history(stream, &changes)?);
+        }
+        return Ok(out);
+    }
     if mirror.whole_row {
         return Err(Error::new(
             ErrorKind::Fatal,
@@ -182,6 +191,7 @@ pub fn plan(stream: &str, write: &TableWrite, mirror: &MirrorWrite) -> Result<Ve
         table: Some(write.table.clone()),
         copy: None,
         keep,
+        multiset: false,
     };
     let mut out = Vec::new();
     for (keep, members) in groups {
@@ -198,6 +208,39 @@ pub fn plan(stream: &str, write: &TableWrite, mirror: &MirrorWrite) -> Result<Ve
         out.push(history(stream, &changes)?);
     }
     Ok(out)
+}
+
+/// A table without a key as a multiset: per distinct row, the unit's inserts less its deletes.
+/// More inserts: that many copies appended; more deletes: that many rows removed (one per entry
+/// of `deletes`, matched on every key column). After a truncate, or from a new copy, the
+/// copies replace the table.
+fn counted(stream: &str, changes: &Changes<'_>) -> Result<Delivery> {
+    let (mirror, data) = (changes.mirror, &changes.write.data);
+    let (mut added, mut removed) = (Vec::new(), Vec::new());
+    for rows in &changes.by_key {
+        let net: i64 = rows.iter().map(|i| if mirror.ops[*i] == ChangeOp::Delete { -1 } else { 1 }).sum();
+        let last = *rows.last().expect("a key has a change");
+        let copies = usize::try_from(net.unsigned_abs()).unwrap_or(usize::MAX);
+        if net > 0 {
+            added.extend(std::iter::repeat_n(last, copies));
+        } else if net < 0 && !changes.cleared {
+            removed.extend(std::iter::repeat_n(last, copies));
+        }
+    }
+    let key_indices = key_indices(data, &mirror.keys)?;
+    Ok(Delivery {
+        sync: stream.to_string(),
+        run_id: String::new(),
+        mode: if changes.cleared { SyncMode::Replace } else { SyncMode::Mirror },
+        keys: mirror.keys.clone(),
+        schema: data.schema(),
+        rows: vec![take(data, &added)?],
+        deletes: vec![take(&data.project(&key_indices).map_err(arrow_error)?, &removed)?],
+        table: Some(changes.write.table.clone()),
+        copy: None,
+        keep: Vec::new(),
+        multiset: true,
+    })
 }
 
 /// Every recorded change, appended to `<table>__changes` with [`HISTORY_COLUMNS`], its
@@ -234,6 +277,7 @@ fn history(stream: &str, changes: &Changes<'_>) -> Result<Delivery> {
         table: Some(format!("{}__changes", changes.write.table)),
         copy: None,
         keep: Vec::new(),
+        multiset: false,
     })
 }
 
@@ -294,6 +338,7 @@ pub fn changes(stream: &str, write: &TableWrite) -> Result<Delivery> {
         table: Some(write.table.clone()),
         copy: None,
         keep: Vec::new(),
+        multiset: false,
     })
 }
 
@@ -340,7 +385,7 @@ mod tests {
 
     fn plan_of(steps: &[Step], history: bool) -> Vec<Delivery> {
         let w = write(steps, history);
-        plan("s", &w, w.mirror.as_ref().unwrap()).unwrap()
+        plan("s", &w, w.mirror.as_ref().unwrap(), false).unwrap()
     }
 
     /// `id=body` of a delivery's rows (`-` for NULL), in order.
@@ -427,7 +472,7 @@ mod tests {
     fn the_first_chunk_of_a_new_copy_keeps_nothing() {
         let mut w = write(&[(Update, 1, None, true), (Insert, 2, Some("b"), false)], false);
         w.snapshot = Some(crate::batch::SnapshotWrite { clear: true, ..Default::default() });
-        let out = plan("s", &w, w.mirror.as_ref().unwrap()).unwrap();
+        let out = plan("s", &w, w.mirror.as_ref().unwrap(), false).unwrap();
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!((out[0].mode, rows(&out[0])), (SyncMode::Replace, vec!["1=-".into(), "2=b".into()]));
         assert!(out[0].keep.is_empty());
@@ -446,5 +491,36 @@ mod tests {
         assert_eq!(b.column(2).as_string::<i32>().iter().flatten().collect::<Vec<_>>(), ["insert", "update", "delete"]);
         assert_eq!(b.column(4).as_string::<i32>().value(1), r#"{"lsn":1}"#);
         assert_eq!(b.column(5).as_primitive::<Int64Type>().values().to_vec(), [10, 11, 12]);
+    }
+
+    #[test]
+    fn a_table_without_a_key_is_a_multiset() {
+        // Two identical rows, one deleted; a row updated (its old image deleted, the new one
+        // inserted); a row inserted and deleted in the unit.
+        let mut w = write(
+            &[
+                (Insert, 1, Some("x"), false),
+                (Insert, 1, Some("x"), false),
+                (Delete, 1, Some("x"), false),
+                (Delete, 2, None, false),
+                (Insert, 3, None, false),
+                (Insert, 4, Some("y"), false),
+                (Delete, 4, Some("y"), false),
+                (Delete, 5, Some("z"), false),
+                (Delete, 5, Some("z"), false),
+            ],
+            false,
+        );
+        let m = w.mirror.as_mut().unwrap();
+        m.keys = vec!["id".into(), "body".into()];
+        m.whole_row = true;
+        let m = w.mirror.clone().unwrap();
+        assert!(plan("s", &w, &m, false).is_err(), "a destination that cannot apply a multiset refuses it");
+        let out = plan("s", &w, &m, true).unwrap();
+        assert_eq!(out.len(), 1);
+        assert!(out[0].multiset && out[0].mode == SyncMode::Mirror);
+        assert_eq!(rows(&out[0]), ["1=x", "3=-"]);
+        assert_eq!(deleted(&out[0]), [2, 5, 5]);
+        assert_eq!(out[0].deletes[0].num_columns(), 2, "matched on every key column");
     }
 }

@@ -81,6 +81,9 @@ pub struct Delivery {
     /// Debezium does an unchanged TOASTed value): a key already in the table keeps its value
     /// there; a new key gets NULL.
     pub keep: Vec<String>,
+    /// Mirror of a table without a key: `rows` are appended (identical rows included), and each
+    /// row of `deletes` (every key column) removes one matching row; NULLs match NULLs.
+    pub multiset: bool,
 }
 
 /// Where a writer stands, kept by the destination in the same transaction as the rows it
@@ -193,9 +196,24 @@ pub trait Destination: Send {
         Ok(())
     }
 
-    /// Whether it keeps a row's columns a delivery lists in [`Delivery::keep`] (a row it
-    /// replaces whole, as a ClickHouse table or a change file does, cannot).
-    fn keeps_columns(&self) -> bool {
-        true
+    /// What it can do beyond writing rows.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+}
+
+/// What a destination can do beyond writing rows, said by the destination itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Keeps a row's columns a delivery lists in [`Delivery::keep`] (a row it replaces whole,
+    /// as a ClickHouse table or a change file does, cannot).
+    pub keeps_columns: bool,
+    /// Applies a [`Delivery::multiset`]: a mirror of a table without a key.
+    pub multiset: bool,
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Self { keeps_columns: true, multiset: false }
     }
 }

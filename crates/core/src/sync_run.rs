@@ -247,6 +247,7 @@ mod tests {
                 table: None,
                 copy: None,
                 keep: Vec::new(),
+                multiset: false,
             },
             counts: RunCounts { total: 5, inserted: 1, updated: 2, deleted: 1, detect_ms: 7 },
             is_new: vec![BooleanArray::from(vec![true, false, false])],

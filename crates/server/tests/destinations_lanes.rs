@@ -31,6 +31,7 @@ fn rows(ids: std::ops::Range<i64>) -> Delivery {
         table: Some("chunks".into()),
         copy: None,
         keep: Vec::new(),
+        multiset: false,
     }
 }
 

@@ -50,7 +50,7 @@ mod kafka_faults;
 mod kafka_hardening;
 mod kinesis;
 mod mirror;
-mod mirror_unavailable;
+mod mirror_destinations;
 mod page_api;
 mod page_browser;
 mod pause;

@@ -323,8 +323,8 @@ fn number(v: &Value) -> Option<u64> {
 #[async_trait]
 impl Destination for ClickhouseTarget {
     /// A row of a ReplacingMergeTree replaces the whole row.
-    fn keeps_columns(&self) -> bool {
-        false
+    fn capabilities(&self) -> sluice_core::Capabilities {
+        sluice_core::Capabilities { keeps_columns: false, multiset: false }
     }
 
     async fn check(&mut self) -> Result<()> {

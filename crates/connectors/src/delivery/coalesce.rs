@@ -25,7 +25,12 @@ pub(crate) fn coalesce(deliveries: Vec<Delivery>) -> Result<Vec<Delivery>> {
             out.push(next);
             continue;
         };
-        if last.schema != next.schema || last.keys != next.keys || last.keep != next.keep {
+        if last.schema != next.schema
+            || last.keys != next.keys
+            || last.keep != next.keep
+            || last.multiset
+            || next.multiset
+        {
             out.push(next);
             continue;
         }
@@ -160,6 +165,7 @@ mod tests {
             table: Some(table.into()),
             copy: None,
             keep: Vec::new(),
+            multiset: false,
         }
     }
 

@@ -39,9 +39,9 @@ pub struct DeliverySink {
     /// Whether the destination keeps the stream's position with the rows (databases and
     /// files); an HTTP API does not, so the workspace keeps it and delivery is at least once.
     stamps: bool,
-    /// The destination keeps columns a delivery lists in `keep`; when it cannot, they are
-    /// written as NULL, said in the log and counted (`unavailable_not_kept`).
-    keeps: bool,
+    /// What the destination can do. When it cannot keep columns a delivery lists in `keep`,
+    /// they are written as NULL, said in the log and counted (`unavailable_not_kept`).
+    capabilities: sluice_core::Capabilities,
     workspace: Workspace,
     /// A push stream's idempotency keys, to give back those a crash kept from the workspace.
     push_keys: Option<KeyMemory>,
@@ -83,7 +83,7 @@ impl DeliverySink {
         let stream_config = stream;
         let (stage, stream) = (stream.stage, stream.name.as_str());
         let opened = open(stream, config, stage, &workspace)?;
-        let keeps = opened.keeps_columns();
+        let capabilities = opened.capabilities();
         let destination: Shared = Arc::new(Mutex::new(opened));
         tokio::spawn(tick(stream.to_string(), Arc::downgrade(&destination), metrics.clone()));
         if let DestinationConfig::Ducklake(lake) = config {
@@ -120,7 +120,7 @@ impl DeliverySink {
             stream: stream.to_string(),
             destination,
             stamps,
-            keeps,
+            capabilities,
             workspace,
             push_keys: None,
             metrics,
@@ -213,8 +213,8 @@ impl DeliverySink {
                 continue;
             }
             if let Some(mirror) = &table.mirror {
-                let mut planned = mirror::plan(&self.stream, table, mirror)?;
-                for d in planned.iter_mut().filter(|d| !self.keeps && !d.keep.is_empty()) {
+                let mut planned = mirror::plan(&self.stream, table, mirror, self.capabilities.multiset)?;
+                for d in planned.iter_mut().filter(|d| !self.capabilities.keeps_columns && !d.keep.is_empty()) {
                     tracing::warn!(stream = %self.stream, table = %table.table, columns = ?d.keep, rows = d.row_count(),
                         "the source did not send these columns (unavailable) and the destination cannot keep the \
                          values it has: they are written as NULL");
@@ -240,6 +240,7 @@ impl DeliverySink {
                     .as_ref()
                     .map(|s| if s.complete { CopyPhase::Complete } else { CopyPhase::Copying }),
                 keep: Vec::new(),
+                multiset: false,
             });
         }
         Ok(out)
@@ -264,6 +265,7 @@ impl DeliverySink {
                 table: Some(table.clone()),
                 copy: None,
                 keep: Vec::new(),
+                multiset: false,
             });
         }
         Ok(deliveries)

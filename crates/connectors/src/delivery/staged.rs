@@ -42,6 +42,8 @@ struct Staged {
     copy: Option<CopyPhase>,
     #[serde(default)]
     keep: Vec<String>,
+    #[serde(default)]
+    multiset: bool,
 }
 
 /// What the destination keeps as the stamp of a staged stream.
@@ -200,6 +202,7 @@ impl Shared {
                 deletes,
                 copy: d.copy,
                 keep: d.keep.clone(),
+                multiset: d.multiset,
             });
         }
         let manifest = Manifest {
@@ -233,6 +236,7 @@ impl Shared {
                     table: d.table.clone(),
                     copy: d.copy,
                     keep: d.keep.clone(),
+                    multiset: d.multiset,
                 })
             })
             .collect()
@@ -273,6 +277,11 @@ fn pending_rows(pending: &[Manifest]) -> u64 {
 
 #[async_trait]
 impl Destination for StagedDestination {
+    /// A table without a key is mirrored as a multiset.
+    fn capabilities(&self) -> sluice_core::Capabilities {
+        sluice_core::Capabilities { keeps_columns: true, multiset: true }
+    }
+
     async fn check(&mut self) -> Result<()> {
         self.shared.inner.lock().await.check().await
     }

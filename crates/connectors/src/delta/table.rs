@@ -249,6 +249,9 @@ impl Table {
                 work.index = None;
                 self.add(work, &rows, count).await?;
             }
+            SyncMode::Upsert | SyncMode::Mirror if delivery.multiset => {
+                self.merge_counted(work, delivery, &rows, count).await?;
+            }
             SyncMode::Upsert | SyncMode::Mirror => self.merge(work, delivery, &rows, count).await?,
         }
         Ok(())
@@ -349,6 +352,68 @@ impl Table {
                 rows.iter().map(|b| with_kept(b, codec, &delivery.keep, &old_rows, &old_of)).collect::<Result<_>>()?;
         }
         self.add(work, &rows, count).await
+    }
+
+    /// A multiset's changes (a table without a key): each delete removes one matching row from
+    /// the files that hold its key (rewritten without it), then the rows are appended.
+    async fn merge_counted(
+        &mut self,
+        work: &mut Work,
+        delivery: &Delivery,
+        rows: &[RecordBatch],
+        count: usize,
+    ) -> Result<()> {
+        if work.index.as_ref().is_none_or(|i| i.codec.columns != delivery.keys) {
+            work.index = Some(self.build_index(work, &delivery.keys).await?);
+        }
+        let fault = |e: arrow::error::ArrowError| Error::new(ErrorKind::Fatal, format!("delta: {e}"));
+        let key_schema = Arc::new(Schema::new(
+            delivery
+                .keys
+                .iter()
+                .map(|k| work.schema.field_with_name(k).cloned())
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(fault)?,
+        ));
+        let index = work.index.as_mut().expect("built above");
+        let mut remaining: HashMap<Vec<u8>, usize> = HashMap::new();
+        for batch in &delivery.deletes {
+            for key in index.codec.keys(&conform(batch, &key_schema)?)? {
+                *remaining.entry(key).or_default() += 1;
+            }
+        }
+        let touched: BTreeSet<Arc<str>> =
+            remaining.keys().filter_map(|k| index.files.get(k)).flatten().cloned().collect();
+        for path in touched {
+            if remaining.values().all(|n| *n == 0) {
+                break;
+            }
+            let batches = files::read(&self.log, &path, &work.schema, None).await?;
+            let index = work.index.as_mut().expect("built above");
+            let mut kept = Vec::new();
+            for batch in batches {
+                let keys = index.codec.keys(&batch)?;
+                let keep: BooleanArray = keys
+                    .iter()
+                    .map(|k| match remaining.get_mut(k) {
+                        Some(n) if *n > 0 => {
+                            *n -= 1;
+                            Some(false)
+                        }
+                        _ => Some(true),
+                    })
+                    .collect();
+                index.forget(&keys, &path);
+                let batch = filter_record_batch(&batch, &keep).map_err(fault)?;
+                if batch.num_rows() > 0 {
+                    kept.push(batch);
+                }
+            }
+            work.remove(&path);
+            let kept_rows = kept.iter().map(RecordBatch::num_rows).sum();
+            self.add(work, &kept, kept_rows).await?;
+        }
+        self.add(work, rows, count).await
     }
 
     /// Which files hold each key: every file's key columns read once.

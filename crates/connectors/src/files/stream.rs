@@ -135,8 +135,8 @@ fn file_rows(delivery: &Delivery) -> Result<Vec<RecordBatch>> {
 #[async_trait]
 impl Destination for FilesStream {
     /// A change file's row is the whole row.
-    fn keeps_columns(&self) -> bool {
-        false
+    fn capabilities(&self) -> sluice_core::Capabilities {
+        sluice_core::Capabilities { keeps_columns: false, multiset: false }
     }
 
     async fn check(&mut self) -> Result<()> {

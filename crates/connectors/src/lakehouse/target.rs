@@ -136,6 +136,11 @@ pub(crate) fn attach(config: &impl Lakehouse) -> Result<Connection> {
 
 #[async_trait]
 impl<C: Lakehouse> Destination for LakeTarget<C> {
+    /// A table without a key is mirrored as a multiset.
+    fn capabilities(&self) -> sluice_core::Capabilities {
+        sluice_core::Capabilities { keeps_columns: true, multiset: true }
+    }
+
     async fn check(&mut self) -> Result<()> {
         self.with_lake(|conn, _| conn.execute_batch("SELECT 1").map_err(lake_error)).await
     }
@@ -302,8 +307,10 @@ fn write(
     if result.is_err() {
         let _ = conn.execute_batch("ROLLBACK");
     }
-    let _ =
-        conn.execute_batch("DROP TABLE IF EXISTS temp.main.sluice_stage; DROP TABLE IF EXISTS temp.main.sluice_gone");
+    let _ = conn.execute_batch(
+        "DROP TABLE IF EXISTS temp.main.sluice_stage; DROP TABLE IF EXISTS temp.main.sluice_gone; \
+         DROP TABLE IF EXISTS temp.main.sluice_counts; DROP TABLE IF EXISTS temp.main.sluice_matched",
+    );
     result
 }
 
@@ -361,6 +368,50 @@ fn apply(conn: &Connection, config: &impl Lakehouse, delivery: &Delivery) -> Res
         SyncMode::Append => format!("INSERT INTO {table} ({list}) SELECT {list} FROM temp.main.sluice_stage"),
         SyncMode::Replace => {
             format!("DELETE FROM {table}; INSERT INTO {table} ({list}) SELECT {list} FROM temp.main.sluice_stage")
+        }
+        SyncMode::Upsert | SyncMode::Mirror if delivery.multiset => {
+            let mut sql = String::new();
+            if delivery.delete_count() > 0 {
+                let key_fields: Vec<Field> = delivery
+                    .keys
+                    .iter()
+                    .map(|k| delivery.schema.field_with_name(k).cloned().map_err(|e| arrow_error(&e)))
+                    .collect::<Result<_>>()?;
+                stage(conn, "sluice_gone", &Arc::new(Schema::new(key_fields)), &delivery.deletes)?;
+                // Each delete removes one matching row: the matching rows are set aside,
+                // numbered per distinct row, all removed, and those beyond the count put back.
+                let all: Vec<String> =
+                    existing_columns(conn, config.schema(), name)?.into_iter().map(|(c, _)| quote(&c)).collect();
+                let same = |l: &str, r: &str| {
+                    keys.iter()
+                        .map(|k| format!("{l}.{k} IS NOT DISTINCT FROM {r}.{k}"))
+                        .collect::<Vec<_>>()
+                        .join(" AND ")
+                };
+                let picked: Vec<String> = all.iter().map(|c| format!("t.{c}")).collect();
+                let partition: Vec<String> = keys.iter().map(|k| format!("t.{k}")).collect();
+                sql.push_str(&format!(
+                    "CREATE OR REPLACE TEMP TABLE sluice_counts AS SELECT {k}, count(*) AS sluice_n \
+                     FROM temp.main.sluice_gone GROUP BY {k}; \
+                     CREATE OR REPLACE TEMP TABLE sluice_matched AS SELECT {picked}, row_number() OVER \
+                     (PARTITION BY {partition}) AS sluice_rn FROM {table} t \
+                     WHERE EXISTS (SELECT 1 FROM temp.main.sluice_counts g WHERE {tg}); \
+                     DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM temp.main.sluice_counts g WHERE {table_g}); \
+                     INSERT INTO {table} ({all}) SELECT {all} FROM temp.main.sluice_matched m \
+                     WHERE m.sluice_rn > (SELECT g.sluice_n FROM temp.main.sluice_counts g WHERE {mg}); ",
+                    k = keys.join(", "),
+                    picked = picked.join(", "),
+                    partition = partition.join(", "),
+                    tg = same("t", "g"),
+                    table_g = same(&table, "g"),
+                    all = all.join(", "),
+                    mg = same("m", "g"),
+                ));
+            }
+            if delivery.row_count() > 0 {
+                sql.push_str(&format!("INSERT INTO {table} ({list}) SELECT {list} FROM temp.main.sluice_stage"));
+            }
+            sql
         }
         SyncMode::Upsert | SyncMode::Mirror => {
             let mut sql = String::new();

@@ -121,6 +121,11 @@ impl MysqlTarget {
 
 #[async_trait]
 impl Destination for MysqlTarget {
+    /// A table without a key is mirrored as a multiset.
+    fn capabilities(&self) -> sluice_core::Capabilities {
+        sluice_core::Capabilities { keeps_columns: true, multiset: true }
+    }
+
     async fn check(&mut self) -> Result<()> {
         let mut conn = self.config.connect().await?;
         let read_only: Option<(i64, i64)> =
@@ -245,9 +250,9 @@ async fn write(
         let existing = super::columns::existing(conn, name).await?;
         if existing.is_empty() {
             // A stream's snapshot brings its source key in replace and append too.
-            conn.query_drop(D.create_table(&D.quote(name), &delivery.schema, &delivery.keys, true))
-                .await
-                .map_err(sql_error)?;
+            // A table without a key (a multiset) may hold identical rows: no primary key.
+            let key: &[String] = if delivery.multiset { &[] } else { &delivery.keys };
+            conn.query_drop(D.create_table(&D.quote(name), &delivery.schema, key, true)).await.map_err(sql_error)?;
         } else {
             add_missing(conn, &D.quote(name), delivery, &existing).await?;
         }
@@ -267,8 +272,13 @@ async fn write(
             run_custom(conn, custom, deliveries).await?;
         }
         for delivery in deliveries.iter().filter(|_| custom.is_none()) {
-            let table = D.quote(delivery.table.as_deref().unwrap_or(configured));
+            let name = delivery.table.as_deref().unwrap_or(configured);
+            let table = D.quote(name);
             let keys: &[String] = if delivery.mode.keyed() { &delivery.keys } else { &[] };
+            if delivery.multiset && delivery.mode == SyncMode::Mirror {
+                apply_multiset(conn, name, keys, delivery).await?;
+                continue;
+            }
             apply(conn, &table, &column_names(&delivery.schema), keys, delivery).await?;
         }
         if let Some(stamp) = stamp {
@@ -352,6 +362,28 @@ async fn apply(conn: &mut Conn, table: &str, columns: &[String], keys: &[String]
         conn.query_drop("DROP TEMPORARY TABLE sluice_gone").await.map_err(sql_error)?;
     }
     Ok(())
+}
+
+/// A multiset's changes (a table without a key): each delete removes one matching row, then
+/// the rows are appended.
+async fn apply_multiset(conn: &mut Conn, name: &str, keys: &[String], delivery: &Delivery) -> Result<()> {
+    let table = D.quote(name);
+    if delivery.delete_count() > 0 {
+        conn.query_drop("DROP TEMPORARY TABLE IF EXISTS sluice_gone").await.map_err(sql_error)?;
+        conn.query_drop(format!(
+            "CREATE TEMPORARY TABLE sluice_gone AS SELECT {} FROM {table} WHERE 1 = 0",
+            D.list(keys)
+        ))
+        .await
+        .map_err(sql_error)?;
+        insert(conn, "sluice_gone", keys, &delivery.deletes).await?;
+        let all: Vec<String> = super::columns::existing(conn, name).await?.into_iter().map(|c| c.name).collect();
+        for sql in D.delete_counted(&table, "sluice_gone", keys, &all) {
+            conn.query_drop(sql).await.map_err(sql_error)?;
+        }
+        conn.query_drop("DROP TEMPORARY TABLE sluice_gone, sluice_counts, sluice_matched").await.map_err(sql_error)?;
+    }
+    insert(conn, &table, &column_names(&delivery.schema), &delivery.rows).await
 }
 
 /// Give `table` the columns the delivery brings and it lacks, and widen to DOUBLE a column of

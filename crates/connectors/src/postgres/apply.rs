@@ -25,7 +25,8 @@ pub(super) async fn apply(tx: &Transaction<'_>, schema: &str, name: &str, delive
     let defer_key = created && delivery.copy.is_some() && !delivery.keys.is_empty();
     if created {
         // A stream's snapshot brings its source key in replace and append too.
-        let key: &[String] = if defer_key { &[] } else { &delivery.keys };
+        // A table without a key (a multiset) may hold identical rows: no primary key.
+        let key: &[String] = if defer_key || delivery.multiset { &[] } else { &delivery.keys };
         tx.batch_execute(&Dialect::Postgres.create_table(&table, &delivery.schema, key, false))
             .await
             .map_err(sql_error)?;
@@ -67,6 +68,23 @@ pub(super) async fn apply(tx: &Transaction<'_>, schema: &str, name: &str, delive
             copy(tx, &table, &columns, &column_types, &delivery.rows).await?;
         }
         SyncMode::Append => copy(tx, &table, &columns, &column_types, &delivery.rows).await?,
+        SyncMode::Upsert | SyncMode::Mirror if delivery.multiset => {
+            if delivery.delete_count() > 0 && !created {
+                let list = Dialect::Postgres.list(keys);
+                tx.batch_execute(&format!(
+                    "DROP TABLE IF EXISTS pg_temp.sluice_gone; \
+                     CREATE TEMP TABLE sluice_gone ON COMMIT DROP AS SELECT {list} FROM {table} WITH NO DATA"
+                ))
+                .await
+                .map_err(sql_error)?;
+                copy(tx, "sluice_gone", keys, &types(keys), &delivery.deletes).await?;
+                let all: Vec<String> = existing.iter().map(|(c, _)| c.clone()).collect();
+                for sql in Dialect::Postgres.delete_counted(&table, "sluice_gone", keys, &all) {
+                    tx.batch_execute(&sql).await.map_err(sql_error)?;
+                }
+            }
+            copy(tx, &table, &columns, &column_types, &delivery.rows).await?;
+        }
         SyncMode::Upsert | SyncMode::Mirror => {
             if created {
                 // A table made by this run is empty: every row is an insert.

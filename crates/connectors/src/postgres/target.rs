@@ -184,6 +184,11 @@ async fn open<'a>(
 
 #[async_trait]
 impl Destination for PostgresTarget {
+    /// A table without a key is mirrored as a multiset.
+    fn capabilities(&self) -> sluice_core::Capabilities {
+        sluice_core::Capabilities { keeps_columns: true, multiset: true }
+    }
+
     async fn check(&mut self) -> Result<()> {
         let result = self.check_session().await;
         self.forget_on_error(result)

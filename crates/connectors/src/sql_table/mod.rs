@@ -187,6 +187,64 @@ impl Dialect {
         format!("INSERT INTO {table} ({list}) SELECT {list} FROM {stage} ON CONFLICT ({}) DO {action}", self.list(keys))
     }
 
+    /// `left.k` and `right.k` equal for every key column, NULLs equal.
+    fn same(self, left: &str, right: &str, keys: &[String]) -> String {
+        let op = if self == Self::MySql { "<=>" } else { "IS NOT DISTINCT FROM" };
+        keys.iter().map(|k| format!("{left}.{q} {op} {right}.{q}", q = self.quote(k))).collect::<Vec<_>>().join(" AND ")
+    }
+
+    /// A multiset's deletes (see [`sluice_core::Delivery::multiset`]): each row of `gone` (the
+    /// key columns) removes one row of `table` that matches it on every key column, NULLs
+    /// equal. The matching rows are set aside, numbered per distinct row, all removed, and
+    /// those numbered beyond the count deleted put back. `columns` are the table's.
+    pub(crate) fn delete_counted(self, table: &str, gone: &str, keys: &[String], columns: &[String]) -> Vec<String> {
+        let temp = |name: &str| match self {
+            Self::Postgres => format!("CREATE TEMP TABLE {name} ON COMMIT DROP AS"),
+            Self::MySql => format!("CREATE TEMPORARY TABLE {name} AS"),
+            Self::Sqlite => format!("CREATE TEMP TABLE {name} AS"),
+        };
+        let gone_before = match self {
+            Self::Postgres => "DROP TABLE IF EXISTS pg_temp.sluice_counts, pg_temp.sluice_matched",
+            Self::MySql => "DROP TEMPORARY TABLE IF EXISTS sluice_counts, sluice_matched",
+            Self::Sqlite => "DROP TABLE IF EXISTS temp.sluice_counts",
+        };
+        let (keys_list, cols) = (self.list(keys), self.list(columns));
+        let picked: Vec<String> = columns.iter().map(|c| format!("t.{}", self.quote(c))).collect();
+        let partition: Vec<String> = keys.iter().map(|k| format!("t.{}", self.quote(k))).collect();
+        let delete = match self {
+            Self::MySql => format!("DELETE t FROM {table} t JOIN sluice_counts g ON {}", self.same("t", "g", keys)),
+            _ => format!(
+                "DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM sluice_counts g WHERE {})",
+                self.same(table, "g", keys)
+            ),
+        };
+        let mut out = vec![gone_before.to_string()];
+        if self == Self::Sqlite {
+            out.push("DROP TABLE IF EXISTS temp.sluice_matched".into());
+        }
+        out.extend([
+            format!(
+                "{} SELECT {keys_list}, count(*) AS sluice_n FROM {gone} GROUP BY {keys_list}",
+                temp("sluice_counts")
+            ),
+            format!(
+                "{} SELECT {}, row_number() OVER (PARTITION BY {}) AS sluice_rn FROM {table} t \
+                 WHERE EXISTS (SELECT 1 FROM sluice_counts g WHERE {})",
+                temp("sluice_matched"),
+                picked.join(", "),
+                partition.join(", "),
+                self.same("t", "g", keys)
+            ),
+            delete,
+            format!(
+                "INSERT INTO {table} ({cols}) SELECT {cols} FROM sluice_matched m \
+                 WHERE m.sluice_rn > (SELECT g.sluice_n FROM sluice_counts g WHERE {})",
+                self.same("m", "g", keys)
+            ),
+        ]);
+        out
+    }
+
     /// Delete the rows of `table` whose key is in `stage`.
     pub(crate) fn delete_matching(self, table: &str, stage: &str, keys: &[String]) -> String {
         match self {

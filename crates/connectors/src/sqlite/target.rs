@@ -89,6 +89,11 @@ impl SqliteTarget {
 
 #[async_trait]
 impl Destination for SqliteTarget {
+    /// A table without a key is mirrored as a multiset.
+    fn capabilities(&self) -> sluice_core::Capabilities {
+        sluice_core::Capabilities { keeps_columns: true, multiset: true }
+    }
+
     async fn check(&mut self) -> Result<()> {
         let config = self.config.clone();
         blocking(move || {
@@ -232,7 +237,9 @@ fn apply(conn: &Connection, name: &str, delivery: &Delivery) -> Result<()> {
     let created = existing.is_empty();
     if created {
         // A stream's snapshot brings its source key in replace and append too.
-        conn.execute_batch(&D.create_table(&table, &delivery.schema, &delivery.keys, false)).map_err(sql_error)?;
+        // A table without a key (a multiset) may hold identical rows: no primary key.
+        let key: &[String] = if delivery.multiset { &[] } else { &delivery.keys };
+        conn.execute_batch(&D.create_table(&table, &delivery.schema, key, false)).map_err(sql_error)?;
     } else {
         for field in delivery.schema.fields().iter().filter(|f| !existing.contains(f.name())) {
             conn.execute_batch(&D.add_column(&table, field)).map_err(sql_error)?;
@@ -244,6 +251,23 @@ fn apply(conn: &Connection, name: &str, delivery: &Delivery) -> Result<()> {
             insert(conn, &table, &columns, &delivery.rows)
         }
         SyncMode::Append => insert(conn, &table, &columns, &delivery.rows),
+        SyncMode::Upsert | SyncMode::Mirror if delivery.multiset => {
+            if delivery.delete_count() > 0 && !created {
+                conn.execute_batch(&format!(
+                    "DROP TABLE IF EXISTS temp.sluice_gone; CREATE TEMP TABLE sluice_gone AS SELECT {} FROM {table} WHERE 0",
+                    D.list(keys)
+                ))
+                .map_err(sql_error)?;
+                insert(conn, "sluice_gone", keys, &delivery.deletes)?;
+                let mut all = existing.clone();
+                all.extend(columns.iter().filter(|c| !existing.contains(c)).cloned());
+                for sql in D.delete_counted(&table, "sluice_gone", keys, &all) {
+                    conn.execute_batch(&sql).map_err(sql_error)?;
+                }
+                conn.execute_batch("DROP TABLE temp.sluice_gone").map_err(sql_error)?;
+            }
+            insert(conn, &table, &columns, &delivery.rows)
+        }
         SyncMode::Upsert | SyncMode::Mirror => {
             if created {
                 insert(conn, &table, &columns, &delivery.rows)?;

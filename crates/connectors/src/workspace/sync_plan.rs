@@ -220,6 +220,7 @@ fn delivery(
         table: None,
         copy: None,
         keep: Vec::new(),
+        multiset: false,
     }
 }
 
