@@ -149,20 +149,12 @@ impl StreamConfig {
         {
             return Err(Error::config(field, "a Postgres schema template names many schemas; name one schema"));
         }
-        let fits = match &self.destination {
-            Some(DestinationConfig::Postgres(c)) => c.custom_sql.is_none(),
-            Some(DestinationConfig::Mysql(c)) => c.custom_sql.is_none(),
-            Some(DestinationConfig::Sqlite(c)) => c.custom_sql.is_none(),
-            Some(DestinationConfig::Iceberg(c)) => c.multi_table_commit,
-            Some(
-                DestinationConfig::Snowflake(_) | DestinationConfig::Clickhouse(_) | DestinationConfig::Ducklake(_),
-            ) => true,
-            _ => false,
-        };
-        if !fits {
+        let capabilities = self.destination.as_ref().map(DestinationConfig::capabilities);
+        if !capabilities.is_some_and(|c| c.multi_table) {
             return Err(Error::config(
                 field,
-                "a dead-letter table needs a database or warehouse destination that commits it with the rows                  (postgres, mysql, sqlite without custom SQL; snowflake, clickhouse, ducklake; iceberg with                  multi_table_commit)",
+                "a dead-letter table needs a destination that commits it with the rows (postgres, mysql or \
+                 sqlite without custom SQL; snowflake, clickhouse, ducklake; iceberg with multi_table_commit)",
             ));
         }
         if self.stage.is_some() {
@@ -182,30 +174,17 @@ impl StreamConfig {
         }
         if let Some(stage) = &self.stage {
             stage.validate()?;
-            if !matches!(
-                self.destination,
-                Some(
-                    DestinationConfig::Postgres(_)
-                        | DestinationConfig::Mysql(_)
-                        | DestinationConfig::Sqlite(_)
-                        | DestinationConfig::Snowflake(_)
-                )
-            ) {
-                return Err(Error::config(
-                    "stage",
-                    "staged loads are for a postgres, mysql, sqlite or snowflake destination",
-                ));
-            }
-            let custom = match &self.destination {
-                Some(DestinationConfig::Postgres(c)) => c.custom_sql.is_some(),
-                Some(DestinationConfig::Mysql(c)) => c.custom_sql.is_some(),
-                Some(DestinationConfig::Sqlite(c)) => c.custom_sql.is_some(),
-                _ => false,
-            };
-            if custom {
+            let capabilities = self.destination.as_ref().map(DestinationConfig::capabilities);
+            if capabilities.is_some_and(|c| c.custom_sql) {
                 return Err(Error::config(
                     "stage",
                     "a staged load merges units; custom SQL runs every change of each unit",
+                ));
+            }
+            if !capabilities.is_some_and(|c| c.stage) {
+                return Err(Error::config(
+                    "stage",
+                    "staged loads are for a postgres, mysql, sqlite or snowflake destination",
                 ));
             }
         }

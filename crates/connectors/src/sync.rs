@@ -106,6 +106,24 @@ pub enum DestinationConfig {
     Snowflake(SnowflakeConfig),
 }
 
+impl DestinationConfig {
+    /// What the destination can do, from its config alone.
+    pub fn capabilities(&self) -> sluice_core::Capabilities {
+        match self {
+            Self::Postgres(c) => c.capabilities(),
+            Self::Mysql(c) => c.capabilities(),
+            Self::Sqlite(c) => c.capabilities(),
+            Self::Files(c) => c.capabilities(),
+            Self::Http(c) => c.capabilities(),
+            Self::Ducklake(c) => c.capabilities(),
+            Self::Iceberg(c) => c.capabilities(),
+            Self::Delta(c) => c.capabilities(),
+            Self::Clickhouse(c) => c.capabilities(),
+            Self::Snowflake(c) => c.capabilities(),
+        }
+    }
+}
+
 impl SyncConfig {
     /// Check every field; pure. Errors name the field.
     pub fn validate(&self) -> Result<()> {

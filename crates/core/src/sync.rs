@@ -195,16 +195,23 @@ pub trait Destination: Send {
     async fn finish(&mut self) -> Result<()> {
         Ok(())
     }
-
-    /// What it can do beyond writing rows.
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
-    }
 }
 
-/// What a destination can do beyond writing rows, said by the destination itself.
+/// What a destination can do beyond writing rows, said by its config alone (so validation
+/// stays pure): the writers, validation and the API read it instead of matching on kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
+    /// Keeps a stream's stamp in the commit of its rows (an HTTP API cannot: the workspace
+    /// keeps the position, and delivery is at least once).
+    pub stamps: bool,
+    /// Commits several tables and the stamp at once: a dead-letter table, a history.
+    pub multi_table: bool,
+    /// Runs the user's SQL over every change instead of writing tables.
+    pub custom_sql: bool,
+    /// Takes a snapshot chunk on a second session while the one before commits.
+    pub lanes: bool,
+    /// May sit behind a local `stage` that loads many units at once.
+    pub stage: bool,
     /// Keeps a row's columns a delivery lists in [`Delivery::keep`] (a row it replaces whole,
     /// as a ClickHouse table or a change file does, cannot).
     pub keeps_columns: bool,
@@ -213,7 +220,16 @@ pub struct Capabilities {
 }
 
 impl Default for Capabilities {
+    /// A destination that keeps stamps and columns, and nothing more.
     fn default() -> Self {
-        Self { keeps_columns: true, multiset: false }
+        Self {
+            stamps: true,
+            multi_table: false,
+            custom_sql: false,
+            lanes: false,
+            stage: false,
+            keeps_columns: true,
+            multiset: false,
+        }
     }
 }

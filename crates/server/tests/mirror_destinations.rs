@@ -226,9 +226,16 @@ async fn a_table_without_a_key_is_mirrored_as_a_multiset_by_the_workspace_and_ev
         keyless("d", 90, four, Value::Null),
     ]);
     targets.step(&second, rows, &["1|x", "3|-", "4|-", "4|-"]).await;
+    // An UPDATE that changed nothing moves a copy onto itself; then a new row, so that the
+    // wait ends only after the unit of the update.
+    let third =
+        json!([keyless("u", 100, x.clone(), x.clone()), keyless("c", 110, Value::Null, json!({"a": 5, "b": null}))]);
+    targets.step(&third, rows, &["1|x", "3|-", "4|-", "4|-", "5|-"]).await;
     // Every change in the history, the delete's included.
     let history = "SELECT count(*) FROM items__changes";
-    assert_eq!(targets.pg.lines_in("etltest", history), ["9"]);
+    assert_eq!(targets.pg.lines_in("etltest", history), ["11"]);
+    assert_eq!(targets.db.lines(history), ["11"]);
+    assert_eq!(crate::destinations_ducklake::read(&targets.lake, history), Some(vec!["11".to_string()]));
     let (_, rejects) = targets.server.get("/api/streams/pg/rejects").await;
     assert_eq!(rejects["rows"].as_array().map(Vec::len), Some(0), "{rejects}");
 }

@@ -32,6 +32,12 @@ fn default_user() -> String {
 }
 
 impl ClickhouseConfig {
+    /// Its `done` rows cover several tables; a row of a ReplacingMergeTree replaces the whole
+    /// row, so no column is kept and a table without a key is no multiset.
+    pub fn capabilities(&self) -> sluice_core::Capabilities {
+        sluice_core::Capabilities { multi_table: true, keeps_columns: false, ..Default::default() }
+    }
+
     /// Check the fields; pure.
     pub fn validate(&self) -> Result<()> {
         if self.table.trim().is_empty() {

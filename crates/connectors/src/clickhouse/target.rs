@@ -322,11 +322,6 @@ fn number(v: &Value) -> Option<u64> {
 
 #[async_trait]
 impl Destination for ClickhouseTarget {
-    /// A row of a ReplacingMergeTree replaces the whole row.
-    fn capabilities(&self) -> sluice_core::Capabilities {
-        sluice_core::Capabilities { keeps_columns: false, multiset: false }
-    }
-
     async fn check(&mut self) -> Result<()> {
         let result = async { self.client().await?.query("SELECT 1").await.map(drop) }.await;
         self.forget_on_error(result)

@@ -82,9 +82,8 @@ impl DeliverySink {
     ) -> Result<Self> {
         let stream_config = stream;
         let (stage, stream) = (stream.stage, stream.name.as_str());
-        let opened = open(stream, config, stage, &workspace)?;
-        let capabilities = opened.capabilities();
-        let destination: Shared = Arc::new(Mutex::new(opened));
+        let capabilities = config.capabilities();
+        let destination: Shared = Arc::new(Mutex::new(open(stream, config, stage, &workspace)?));
         tokio::spawn(tick(stream.to_string(), Arc::downgrade(&destination), metrics.clone()));
         if let DestinationConfig::Ducklake(lake) = config {
             // Small-file upkeep beside the writer, while the sink lives.
@@ -102,19 +101,11 @@ impl DeliverySink {
                 crate::iceberg::upkeep(stream.to_string(), ice, metrics.clone(), move || alive.strong_count() > 0);
             tokio::spawn(upkeep);
         }
-        let stamps = !matches!(config, DestinationConfig::Http(_));
-        let changes = match config {
-            DestinationConfig::Postgres(c) => c.custom_sql.is_some(),
-            DestinationConfig::Mysql(c) => c.custom_sql.is_some(),
-            DestinationConfig::Sqlite(c) => c.custom_sql.is_some(),
-            _ => false,
-        };
+        let (stamps, changes) = (capabilities.stamps, capabilities.custom_sql);
         let dead_letters = stream_config.dead_letter_table.clone();
-        let second = match config {
-            DestinationConfig::Postgres(c) if stage.is_none() && c.custom_sql.is_none() => {
-                Some(Arc::new(Mutex::new(build_destination(config)?)))
-            }
-            _ => None,
+        let second = match capabilities.lanes && stage.is_none() {
+            true => Some(Arc::new(Mutex::new(build_destination(config)?))),
+            false => None,
         };
         Ok(Self {
             stream: stream.to_string(),
@@ -136,7 +127,7 @@ impl DeliverySink {
     /// a file destination still writes out the files it has open.
     pub async fn forget(stream: &StreamConfig, config: &DestinationConfig, workspace: &Workspace) -> Result<()> {
         let (stage, stream) = (stream.stage, stream.name.as_str());
-        if matches!(config, DestinationConfig::Http(_)) {
+        if !config.capabilities().stamps {
             return Ok(());
         }
         let envelope = Envelope { checkpoint: Checkpoint::default(), push_keys: Vec::new() };

@@ -277,11 +277,6 @@ fn pending_rows(pending: &[Manifest]) -> u64 {
 
 #[async_trait]
 impl Destination for StagedDestination {
-    /// A table without a key is mirrored as a multiset.
-    fn capabilities(&self) -> sluice_core::Capabilities {
-        sluice_core::Capabilities { keeps_columns: true, multiset: true }
-    }
-
     async fn check(&mut self) -> Result<()> {
         self.shared.inner.lock().await.check().await
     }

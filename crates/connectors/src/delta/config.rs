@@ -69,6 +69,11 @@ fn default_keep() -> u64 {
 }
 
 impl DeltaConfig {
+    /// One table per commit.
+    pub fn capabilities(&self) -> sluice_core::Capabilities {
+        sluice_core::Capabilities { multiset: true, ..Default::default() }
+    }
+
     /// Check the fields; pure.
     pub fn validate(&self) -> Result<()> {
         if self.table.trim().is_empty() {

@@ -120,11 +120,6 @@ impl DeltaTarget {
 
 #[async_trait]
 impl Destination for DeltaTarget {
-    /// A table without a key is mirrored as a multiset.
-    fn capabilities(&self) -> sluice_core::Capabilities {
-        sluice_core::Capabilities { keeps_columns: true, multiset: true }
-    }
-
     async fn check(&mut self) -> Result<()> {
         let (store, prefix) = self.config.store()?;
         let probe = format!("{prefix}/.sluice-check-{:08x}", rand::random::<u32>());

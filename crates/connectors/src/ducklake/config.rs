@@ -83,6 +83,11 @@ fn default_threshold() -> f64 {
 }
 
 impl DuckLakeConfig {
+    /// One DuckLake transaction holds every table and the stamp.
+    pub fn capabilities(&self) -> sluice_core::Capabilities {
+        sluice_core::Capabilities { multi_table: true, multiset: true, ..Default::default() }
+    }
+
     /// Check the fields; pure.
     pub fn validate(&self) -> Result<()> {
         if self.table.trim().is_empty() {

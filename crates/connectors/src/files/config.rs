@@ -188,6 +188,11 @@ pub(crate) enum Scheme {
 }
 
 impl FilesConfig {
+    /// Stamps in its spool; a change file's row is the whole row, so no column is kept.
+    pub fn capabilities(&self) -> sluice_core::Capabilities {
+        sluice_core::Capabilities { keeps_columns: false, ..Default::default() }
+    }
+
     /// The store, its bucket or container, and the prefix inside it.
     pub(crate) fn parts(&self) -> (Scheme, &str, &str) {
         for (prefix, scheme) in [("s3://", Scheme::S3), ("az://", Scheme::Azure), ("gs://", Scheme::Gcs)] {

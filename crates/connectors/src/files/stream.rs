@@ -134,11 +134,6 @@ fn file_rows(delivery: &Delivery) -> Result<Vec<RecordBatch>> {
 
 #[async_trait]
 impl Destination for FilesStream {
-    /// A change file's row is the whole row.
-    fn capabilities(&self) -> sluice_core::Capabilities {
-        sluice_core::Capabilities { keeps_columns: false, multiset: false }
-    }
-
     async fn check(&mut self) -> Result<()> {
         self.store()?.check().await
     }

@@ -168,6 +168,12 @@ fn default_timeout() -> u64 {
 }
 
 impl HttpApiConfig {
+    /// No stamp: the workspace keeps the position (at least once); columns not sent are kept
+    /// by the API.
+    pub fn capabilities(&self) -> sluice_core::Capabilities {
+        sluice_core::Capabilities { stamps: false, ..Default::default() }
+    }
+
     /// Check the fields; pure.
     pub fn validate(&self) -> Result<()> {
         for (field, url) in

@@ -110,6 +110,11 @@ fn default_namespace() -> String {
 const POSITION: &str = "sluice.position.";
 
 impl IcebergConfig {
+    /// Several tables at once only through a catalog's multi-table commit.
+    pub fn capabilities(&self) -> sluice_core::Capabilities {
+        sluice_core::Capabilities { multi_table: self.multi_table_commit, multiset: true, ..Default::default() }
+    }
+
     /// Check the fields; pure.
     pub fn validate(&self) -> Result<()> {
         if self.table.trim().is_empty() {

@@ -136,11 +136,6 @@ pub(crate) fn attach(config: &impl Lakehouse) -> Result<Connection> {
 
 #[async_trait]
 impl<C: Lakehouse> Destination for LakeTarget<C> {
-    /// A table without a key is mirrored as a multiset.
-    fn capabilities(&self) -> sluice_core::Capabilities {
-        sluice_core::Capabilities { keeps_columns: true, multiset: true }
-    }
-
     async fn check(&mut self) -> Result<()> {
         self.with_lake(|conn, _| conn.execute_batch("SELECT 1").map_err(lake_error)).await
     }
@@ -382,30 +377,40 @@ fn apply(conn: &Connection, config: &impl Lakehouse, delivery: &Delivery) -> Res
                 // numbered per distinct row, all removed, and those beyond the count put back.
                 let all: Vec<String> =
                     existing_columns(conn, config.schema(), name)?.into_iter().map(|(c, _)| quote(&c)).collect();
+                // Names no column of the table has.
+                let fresh = |base: &str| {
+                    let mut name = base.to_string();
+                    while all.iter().any(|c| c.trim_matches('"').eq_ignore_ascii_case(&name)) {
+                        name.push('_');
+                    }
+                    quote(&name)
+                };
+                let (n, rn) = (fresh("sluice_n"), fresh("sluice_rn"));
                 let same = |l: &str, r: &str| {
                     keys.iter()
                         .map(|k| format!("{l}.{k} IS NOT DISTINCT FROM {r}.{k}"))
                         .collect::<Vec<_>>()
                         .join(" AND ")
                 };
-                let picked: Vec<String> = all.iter().map(|c| format!("t.{c}")).collect();
-                let partition: Vec<String> = keys.iter().map(|k| format!("t.{k}")).collect();
+                let picked: Vec<String> = all.iter().map(|c| format!("sluice_t.{c}")).collect();
+                let partition: Vec<String> = keys.iter().map(|k| format!("sluice_t.{k}")).collect();
                 sql.push_str(&format!(
-                    "CREATE OR REPLACE TEMP TABLE sluice_counts AS SELECT {k}, count(*) AS sluice_n \
+                    "CREATE OR REPLACE TEMP TABLE sluice_counts AS SELECT {k}, count(*) AS {n} \
                      FROM temp.main.sluice_gone GROUP BY {k}; \
                      CREATE OR REPLACE TEMP TABLE sluice_matched AS SELECT {picked}, row_number() OVER \
-                     (PARTITION BY {partition}) AS sluice_rn FROM {table} t \
-                     WHERE EXISTS (SELECT 1 FROM temp.main.sluice_counts g WHERE {tg}); \
-                     DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM temp.main.sluice_counts g WHERE {table_g}); \
-                     INSERT INTO {table} ({all}) SELECT {all} FROM temp.main.sluice_matched m \
-                     WHERE m.sluice_rn > (SELECT g.sluice_n FROM temp.main.sluice_counts g WHERE {mg}); ",
+                     (PARTITION BY {partition}) AS {rn} FROM {table} sluice_t \
+                     WHERE EXISTS (SELECT 1 FROM temp.main.sluice_counts sluice_g WHERE {tg}); \
+                     DELETE FROM {table} WHERE EXISTS \
+                     (SELECT 1 FROM temp.main.sluice_counts sluice_g WHERE {table_g}); \
+                     INSERT INTO {table} ({all}) SELECT {all} FROM temp.main.sluice_matched sluice_m \
+                     WHERE sluice_m.{rn} > (SELECT sluice_g.{n} FROM temp.main.sluice_counts sluice_g WHERE {mg}); ",
                     k = keys.join(", "),
                     picked = picked.join(", "),
                     partition = partition.join(", "),
-                    tg = same("t", "g"),
-                    table_g = same(&table, "g"),
+                    tg = same("sluice_t", "sluice_g"),
+                    table_g = same(&table, "sluice_g"),
                     all = all.join(", "),
-                    mg = same("m", "g"),
+                    mg = same("sluice_m", "sluice_g"),
                 ));
             }
             if delivery.row_count() > 0 {

@@ -54,6 +54,18 @@ fn default_port() -> u16 {
 }
 
 impl MysqlTableConfig {
+    /// Stamps and several tables at once, unless custom SQL writes instead.
+    pub fn capabilities(&self) -> sluice_core::Capabilities {
+        let plain = self.custom_sql.is_none();
+        sluice_core::Capabilities {
+            multi_table: plain,
+            custom_sql: !plain,
+            stage: plain,
+            multiset: plain,
+            ..Default::default()
+        }
+    }
+
     /// Check the fields; pure.
     pub fn validate(&self) -> Result<()> {
         if self.table.trim().is_empty() {
@@ -121,11 +133,6 @@ impl MysqlTarget {
 
 #[async_trait]
 impl Destination for MysqlTarget {
-    /// A table without a key is mirrored as a multiset.
-    fn capabilities(&self) -> sluice_core::Capabilities {
-        sluice_core::Capabilities { keeps_columns: true, multiset: true }
-    }
-
     async fn check(&mut self) -> Result<()> {
         let mut conn = self.config.connect().await?;
         let read_only: Option<(i64, i64)> =

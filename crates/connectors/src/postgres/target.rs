@@ -67,6 +67,20 @@ fn default_schema() -> String {
 }
 
 impl PostgresTableConfig {
+    /// Stamps, several tables at once and a second session for snapshot chunks, unless custom
+    /// SQL writes instead (every change, one unit at a time).
+    pub fn capabilities(&self) -> sluice_core::Capabilities {
+        let plain = self.custom_sql.is_none();
+        sluice_core::Capabilities {
+            multi_table: plain,
+            custom_sql: !plain,
+            lanes: plain,
+            stage: plain,
+            multiset: plain,
+            ..Default::default()
+        }
+    }
+
     /// Check the fields; pure.
     pub fn validate(&self) -> Result<()> {
         if self.table.trim().is_empty() {
@@ -184,11 +198,6 @@ async fn open<'a>(
 
 #[async_trait]
 impl Destination for PostgresTarget {
-    /// A table without a key is mirrored as a multiset.
-    fn capabilities(&self) -> sluice_core::Capabilities {
-        sluice_core::Capabilities { keeps_columns: true, multiset: true }
-    }
-
     async fn check(&mut self) -> Result<()> {
         let result = self.check_session().await;
         self.forget_on_error(result)

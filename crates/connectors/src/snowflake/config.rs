@@ -55,6 +55,11 @@ fn default_schema() -> String {
 }
 
 impl SnowflakeConfig {
+    /// Several tables in one transaction, and a stage of its own.
+    pub fn capabilities(&self) -> sluice_core::Capabilities {
+        sluice_core::Capabilities { multi_table: true, stage: true, ..Default::default() }
+    }
+
     /// Check the fields; pure.
     pub fn validate(&self) -> Result<()> {
         if self.table.trim().is_empty() {

@@ -209,13 +209,25 @@ impl Dialect {
             Self::Sqlite => "DROP TABLE IF EXISTS temp.sluice_counts",
         };
         let (keys_list, cols) = (self.list(keys), self.list(columns));
-        let picked: Vec<String> = columns.iter().map(|c| format!("t.{}", self.quote(c))).collect();
-        let partition: Vec<String> = keys.iter().map(|k| format!("t.{}", self.quote(k))).collect();
+        // Names no column of the table has (the aliases are ones no table is given).
+        let fresh = |base: &str| {
+            let mut name = base.to_string();
+            while columns.iter().any(|c| c.eq_ignore_ascii_case(&name)) {
+                name.push('_');
+            }
+            self.quote(&name)
+        };
+        let (n, rn) = (fresh("sluice_n"), fresh("sluice_rn"));
+        let picked: Vec<String> = columns.iter().map(|c| format!("sluice_t.{}", self.quote(c))).collect();
+        let partition: Vec<String> = keys.iter().map(|k| format!("sluice_t.{}", self.quote(k))).collect();
         let delete = match self {
-            Self::MySql => format!("DELETE t FROM {table} t JOIN sluice_counts g ON {}", self.same("t", "g", keys)),
+            Self::MySql => format!(
+                "DELETE sluice_t FROM {table} sluice_t JOIN sluice_counts sluice_g ON {}",
+                self.same("sluice_t", "sluice_g", keys)
+            ),
             _ => format!(
-                "DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM sluice_counts g WHERE {})",
-                self.same(table, "g", keys)
+                "DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM sluice_counts sluice_g WHERE {})",
+                self.same(table, "sluice_g", keys)
             ),
         };
         let mut out = vec![gone_before.to_string()];
@@ -223,23 +235,20 @@ impl Dialect {
             out.push("DROP TABLE IF EXISTS temp.sluice_matched".into());
         }
         out.extend([
+            format!("{} SELECT {keys_list}, count(*) AS {n} FROM {gone} GROUP BY {keys_list}", temp("sluice_counts")),
             format!(
-                "{} SELECT {keys_list}, count(*) AS sluice_n FROM {gone} GROUP BY {keys_list}",
-                temp("sluice_counts")
-            ),
-            format!(
-                "{} SELECT {}, row_number() OVER (PARTITION BY {}) AS sluice_rn FROM {table} t \
-                 WHERE EXISTS (SELECT 1 FROM sluice_counts g WHERE {})",
+                "{} SELECT {}, row_number() OVER (PARTITION BY {}) AS {rn} FROM {table} sluice_t \
+                 WHERE EXISTS (SELECT 1 FROM sluice_counts sluice_g WHERE {})",
                 temp("sluice_matched"),
                 picked.join(", "),
                 partition.join(", "),
-                self.same("t", "g", keys)
+                self.same("sluice_t", "sluice_g", keys)
             ),
             delete,
             format!(
-                "INSERT INTO {table} ({cols}) SELECT {cols} FROM sluice_matched m \
-                 WHERE m.sluice_rn > (SELECT g.sluice_n FROM sluice_counts g WHERE {})",
-                self.same("m", "g", keys)
+                "INSERT INTO {table} ({cols}) SELECT {cols} FROM sluice_matched sluice_m \
+                 WHERE sluice_m.{rn} > (SELECT sluice_g.{n} FROM sluice_counts sluice_g WHERE {})",
+                self.same("sluice_m", "sluice_g", keys)
             ),
         ]);
         out

@@ -39,6 +39,18 @@ pub struct SqliteTableConfig {
 }
 
 impl SqliteTableConfig {
+    /// Stamps and several tables at once, unless custom SQL writes instead.
+    pub fn capabilities(&self) -> sluice_core::Capabilities {
+        let plain = self.custom_sql.is_none();
+        sluice_core::Capabilities {
+            multi_table: plain,
+            custom_sql: !plain,
+            stage: plain,
+            multiset: plain,
+            ..Default::default()
+        }
+    }
+
     /// Check the fields; pure.
     pub fn validate(&self) -> Result<()> {
         if self.table.trim().is_empty() {
@@ -89,11 +101,6 @@ impl SqliteTarget {
 
 #[async_trait]
 impl Destination for SqliteTarget {
-    /// A table without a key is mirrored as a multiset.
-    fn capabilities(&self) -> sluice_core::Capabilities {
-        sluice_core::Capabilities { keeps_columns: true, multiset: true }
-    }
-
     async fn check(&mut self) -> Result<()> {
         let config = self.config.clone();
         blocking(move || {

@@ -123,11 +123,16 @@ impl Decoder {
             mirror.keys = keys.clone();
             mirror.whole_row = whole_row;
         }
+        let counted = mirror.whole_row;
         // Snapshot rows earlier in this batch become `snapshot` changes of the merge.
         builder.pad_mirror();
         let ctx = Ctx { table: &table, meta, seq };
         let Change { op, image, before, types, unconverted, change_us, source, source_order, unavailable, .. } = change;
-        let moved_from = before.filter(|b| keys.iter().any(|k| b.get(k.as_str()) != image.get(k.as_str())));
+        // A table without a key counts copies: an update moves one from its old image to its
+        // new one, also when the two are equal (an UPDATE that changed nothing).
+        let moved_from = before.filter(|b| {
+            (counted && op == ChangeOp::Update) || keys.iter().any(|k| b.get(k.as_str()) != image.get(k.as_str()))
+        });
         let source = (source.map(|s| s.to_string()), source_order);
         let declared = |in_before| Declared { types: &types, unconverted: &unconverted, in_before };
         if let Some(old) = moved_from {
