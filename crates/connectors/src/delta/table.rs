@@ -280,14 +280,7 @@ impl Table {
             work.index = Some(self.build_index(work, &delivery.keys).await?);
         }
         let fault = |e: arrow::error::ArrowError| Error::new(ErrorKind::Fatal, format!("delta: {e}"));
-        let key_schema = Arc::new(Schema::new(
-            delivery
-                .keys
-                .iter()
-                .map(|k| work.schema.field_with_name(k).cloned())
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(fault)?,
-        ));
+        let key_schema = key_schema(&work.schema, &delivery.keys)?;
         let index = work.index.as_mut().expect("built above");
         // The last row of each key: a unit's changes come in order.
         let mut last: HashMap<Vec<u8>, (usize, usize)> = HashMap::new();
@@ -367,14 +360,7 @@ impl Table {
             work.index = Some(self.build_index(work, &delivery.keys).await?);
         }
         let fault = |e: arrow::error::ArrowError| Error::new(ErrorKind::Fatal, format!("delta: {e}"));
-        let key_schema = Arc::new(Schema::new(
-            delivery
-                .keys
-                .iter()
-                .map(|k| work.schema.field_with_name(k).cloned())
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(fault)?,
-        ));
+        let key_schema = key_schema(&work.schema, &delivery.keys)?;
         let index = work.index.as_mut().expect("built above");
         let mut remaining: HashMap<Vec<u8>, usize> = HashMap::new();
         for batch in &delivery.deletes {
@@ -513,4 +499,10 @@ fn with_kept(
         columns[i] = arrow::compute::interleave(&sources, &picks).map_err(fault)?;
     }
     RecordBatch::try_new(batch.schema(), columns).map_err(fault)
+}
+
+/// The table's types of `keys`.
+fn key_schema(schema: &Schema, keys: &[String]) -> Result<SchemaRef> {
+    let fields = keys.iter().map(|k| schema.field_with_name(k).cloned()).collect::<std::result::Result<Vec<_>, _>>();
+    Ok(Arc::new(Schema::new(fields.map_err(|e| Error::new(ErrorKind::Fatal, format!("delta: {e}")))?)))
 }

@@ -2,6 +2,7 @@
 //! extensions, and the [`Lakehouse`] each format implements: how to attach its catalog as
 //! `lake`, and where a stream's position goes in the same commit as the rows.
 
+mod tables;
 mod target;
 
 use std::path::PathBuf;
@@ -9,8 +10,9 @@ use std::path::PathBuf;
 use duckdb::Connection;
 use sluice_core::{Result, Stamp};
 
+pub(crate) use tables::existing_columns;
 pub use target::LakeTarget;
-pub(crate) use target::{Lake, existing_columns, lake_error, on_lake, on_lake_detaching, shared};
+pub(crate) use target::{Lake, lake_error, on_lake, on_lake_detaching, shared};
 
 /// `text` for inside single quotes in DuckDB's SQL.
 pub(crate) fn literal(text: &str) -> String {

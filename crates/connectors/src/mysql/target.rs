@@ -358,13 +358,7 @@ async fn apply(conn: &mut Conn, table: &str, columns: &[String], keys: &[String]
         conn.query_drop("DROP TEMPORARY TABLE sluice_stage").await.map_err(sql_error)?;
     }
     if delivery.delete_count() > 0 {
-        conn.query_drop(format!(
-            "CREATE TEMPORARY TABLE sluice_gone AS SELECT {} FROM {table} WHERE 1 = 0",
-            D.list(keys)
-        ))
-        .await
-        .map_err(sql_error)?;
-        insert(conn, "sluice_gone", keys, &delivery.deletes).await?;
+        stage_gone(conn, table, keys, delivery).await?;
         conn.query_drop(D.delete_matching(table, "sluice_gone", keys)).await.map_err(sql_error)?;
         conn.query_drop("DROP TEMPORARY TABLE sluice_gone").await.map_err(sql_error)?;
     }
@@ -377,13 +371,7 @@ async fn apply_multiset(conn: &mut Conn, name: &str, keys: &[String], delivery: 
     let table = D.quote(name);
     if delivery.delete_count() > 0 {
         conn.query_drop("DROP TEMPORARY TABLE IF EXISTS sluice_gone").await.map_err(sql_error)?;
-        conn.query_drop(format!(
-            "CREATE TEMPORARY TABLE sluice_gone AS SELECT {} FROM {table} WHERE 1 = 0",
-            D.list(keys)
-        ))
-        .await
-        .map_err(sql_error)?;
-        insert(conn, "sluice_gone", keys, &delivery.deletes).await?;
+        stage_gone(conn, &table, keys, delivery).await?;
         let all: Vec<String> = super::columns::existing(conn, name).await?.into_iter().map(|c| c.name).collect();
         for sql in D.delete_counted(&table, "sluice_gone", keys, &all) {
             conn.query_drop(sql).await.map_err(sql_error)?;
@@ -391,6 +379,13 @@ async fn apply_multiset(conn: &mut Conn, name: &str, keys: &[String], delivery: 
         conn.query_drop("DROP TEMPORARY TABLE sluice_gone, sluice_counts, sluice_matched").await.map_err(sql_error)?;
     }
     insert(conn, &table, &column_names(&delivery.schema), &delivery.rows).await
+}
+
+/// The key columns of the delivery's deletes in the temporary table `sluice_gone`.
+async fn stage_gone(conn: &mut Conn, table: &str, keys: &[String], delivery: &Delivery) -> Result<()> {
+    let sql = format!("CREATE TEMPORARY TABLE sluice_gone AS SELECT {} FROM {table} WHERE 1 = 0", D.list(keys));
+    conn.query_drop(sql).await.map_err(sql_error)?;
+    insert(conn, "sluice_gone", keys, &delivery.deletes).await
 }
 
 /// Give `table` the columns the delivery brings and it lacks, and widen to DOUBLE a column of

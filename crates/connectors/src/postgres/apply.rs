@@ -68,22 +68,16 @@ pub(super) async fn apply(tx: &Transaction<'_>, schema: &str, name: &str, delive
             copy(tx, &table, &columns, &column_types, &delivery.rows).await?;
         }
         SyncMode::Append => copy(tx, &table, &columns, &column_types, &delivery.rows).await?,
+        // A multiset (a table without a key): its rows are copies to append.
         SyncMode::Upsert | SyncMode::Mirror if delivery.multiset => {
+            copy(tx, &table, &columns, &column_types, &delivery.rows).await?;
             if delivery.delete_count() > 0 && !created {
-                let list = Dialect::Postgres.list(keys);
-                tx.batch_execute(&format!(
-                    "DROP TABLE IF EXISTS pg_temp.sluice_gone; \
-                     CREATE TEMP TABLE sluice_gone ON COMMIT DROP AS SELECT {list} FROM {table} WITH NO DATA"
-                ))
-                .await
-                .map_err(sql_error)?;
-                copy(tx, "sluice_gone", keys, &types(keys), &delivery.deletes).await?;
+                stage_gone(tx, &table, keys, &types(keys), delivery).await?;
                 let all: Vec<String> = existing.iter().map(|(c, _)| c.clone()).collect();
                 for sql in Dialect::Postgres.delete_counted(&table, "sluice_gone", keys, &all) {
                     tx.batch_execute(&sql).await.map_err(sql_error)?;
                 }
             }
-            copy(tx, &table, &columns, &column_types, &delivery.rows).await?;
         }
         SyncMode::Upsert | SyncMode::Mirror => {
             if created {
@@ -122,14 +116,7 @@ pub(super) async fn apply(tx: &Transaction<'_>, schema: &str, name: &str, delive
                 }
             }
             if delivery.delete_count() > 0 && !created {
-                let list = Dialect::Postgres.list(keys);
-                tx.batch_execute(&format!(
-                    "DROP TABLE IF EXISTS pg_temp.sluice_gone; \
-                     CREATE TEMP TABLE sluice_gone ON COMMIT DROP AS SELECT {list} FROM {table} WITH NO DATA"
-                ))
-                .await
-                .map_err(sql_error)?;
-                copy(tx, "sluice_gone", keys, &types(keys), &delivery.deletes).await?;
+                stage_gone(tx, &table, keys, &types(keys), delivery).await?;
                 tx.batch_execute(&Dialect::Postgres.delete_matching(&table, "sluice_gone", keys))
                     .await
                     .map_err(sql_error)?;
@@ -140,6 +127,24 @@ pub(super) async fn apply(tx: &Transaction<'_>, schema: &str, name: &str, delive
         add_owed_key(tx, &table, &delivery.keys).await?;
     }
     Ok(())
+}
+
+/// The key columns of the delivery's deletes in the temporary table `sluice_gone`.
+async fn stage_gone(
+    tx: &Transaction<'_>,
+    table: &str,
+    keys: &[String],
+    types: &[Option<u32>],
+    delivery: &Delivery,
+) -> Result<()> {
+    let list = Dialect::Postgres.list(keys);
+    tx.batch_execute(&format!(
+        "DROP TABLE IF EXISTS pg_temp.sluice_gone; \
+         CREATE TEMP TABLE sluice_gone ON COMMIT DROP AS SELECT {list} FROM {table} WITH NO DATA"
+    ))
+    .await
+    .map_err(sql_error)?;
+    copy(tx, "sluice_gone", keys, types, &delivery.deletes).await
 }
 
 /// The comment a table carries while its snapshot copy loads without the key.
