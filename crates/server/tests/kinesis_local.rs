@@ -214,13 +214,7 @@ impl FaultProxy {
                     let body = format!(r#"{{"__type":"{code}","message":"injected by the test"}}"#);
                     return (StatusCode::BAD_REQUEST, [("content-type", "application/x-amz-json-1.1")], body);
                 }
-                let mut request = http.request(method, format!("{upstream}{uri}")).body(body);
-                for (name, value) in &headers {
-                    if name != "host" && name != "content-length" {
-                        request = request.header(name, value);
-                    }
-                }
-                let answer = request.send().await.unwrap();
+                let answer = crate::losing_proxy::forward(&http, &upstream, method, &uri, &headers, body).await;
                 let status = StatusCode::from_u16(answer.status().as_u16()).unwrap();
                 (status, [("content-type", "application/x-amz-json-1.1")], answer.text().await.unwrap())
             }

@@ -26,6 +26,24 @@ pub fn delta_commit(method: &Method, path: &str) -> bool {
     method == Method::PUT && path.contains("/_delta_log/") && path.ends_with(".json")
 }
 
+/// `method uri` with `headers` and `body`, sent on to `upstream` (the host and length its own).
+pub async fn forward(
+    http: &reqwest::Client,
+    upstream: &str,
+    method: Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> reqwest::Response {
+    let mut request = http.request(method, format!("{upstream}{uri}")).body(body);
+    for (name, value) in headers {
+        if name != "host" && name != "content-length" {
+            request = request.header(name, value);
+        }
+    }
+    request.send().await.unwrap()
+}
+
 impl LosingProxy {
     pub async fn start(upstream: &str, loses: fn(&Method, &str) -> bool) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -37,13 +55,7 @@ impl LosingProxy {
             let (upstream, http, arm, count) = (upstream.clone(), http.clone(), arm.clone(), count.clone());
             async move {
                 let matched = loses(&method, uri.path());
-                let mut request = http.request(method, format!("{upstream}{uri}")).body(body);
-                for (name, value) in &headers {
-                    if name != "host" && name != "content-length" {
-                        request = request.header(name, value);
-                    }
-                }
-                let answer = request.send().await.unwrap();
+                let answer = forward(&http, &upstream, method, &uri, &headers, body).await;
                 let status = StatusCode::from_u16(answer.status().as_u16()).unwrap();
                 if matched && status.is_success() && arm.swap(false, Ordering::SeqCst) {
                     count.fetch_add(1, Ordering::SeqCst);

@@ -317,27 +317,16 @@ impl Table {
         // rewritten here (a delivery with `keep` deletes nothing: its changed keys are its rows').
         let (mut old_rows, mut old_of) = (Vec::<RecordBatch>::new(), HashMap::<Vec<u8>, (usize, usize)>::new());
         for path in touched {
-            let batches = files::read(&self.log, &path, &work.schema, None).await?;
-            let index = work.index.as_mut().expect("built above");
-            let mut kept = Vec::new();
-            for batch in batches {
-                let keys = index.codec.keys(&batch)?;
+            self.rewrite(work, &path, |batch, keys| {
                 if !delivery.keep.is_empty() {
                     for (r, key) in keys.iter().enumerate().filter(|(_, k)| changed.contains(*k)) {
                         old_of.insert(key.clone(), (old_rows.len(), r));
                     }
                     old_rows.push(batch.clone());
                 }
-                let keep: BooleanArray = keys.iter().map(|k| Some(!changed.contains(k))).collect();
-                index.forget(&keys, &path);
-                let batch = filter_record_batch(&batch, &keep).map_err(fault)?;
-                if batch.num_rows() > 0 {
-                    kept.push(batch);
-                }
-            }
-            work.remove(&path);
-            let kept_rows = kept.iter().map(RecordBatch::num_rows).sum();
-            self.add(work, &kept, kept_rows).await?;
+                keys.iter().map(|k| Some(!changed.contains(k))).collect()
+            })
+            .await?;
         }
         if !old_of.is_empty() {
             let codec = &work.index.as_ref().expect("built above").codec;
@@ -359,7 +348,6 @@ impl Table {
         if work.index.as_ref().is_none_or(|i| i.codec.columns != delivery.keys) {
             work.index = Some(self.build_index(work, &delivery.keys).await?);
         }
-        let fault = |e: arrow::error::ArrowError| Error::new(ErrorKind::Fatal, format!("delta: {e}"));
         let key_schema = key_schema(&work.schema, &delivery.keys)?;
         let index = work.index.as_mut().expect("built above");
         let mut remaining: HashMap<Vec<u8>, usize> = HashMap::new();
@@ -374,13 +362,8 @@ impl Table {
             if remaining.values().all(|n| *n == 0) {
                 break;
             }
-            let batches = files::read(&self.log, &path, &work.schema, None).await?;
-            let index = work.index.as_mut().expect("built above");
-            let mut kept = Vec::new();
-            for batch in batches {
-                let keys = index.codec.keys(&batch)?;
-                let keep: BooleanArray = keys
-                    .iter()
+            self.rewrite(work, &path, |_, keys| {
+                keys.iter()
                     .map(|k| match remaining.get_mut(k) {
                         Some(n) if *n > 0 => {
                             *n -= 1;
@@ -388,18 +371,37 @@ impl Table {
                         }
                         _ => Some(true),
                     })
-                    .collect();
-                index.forget(&keys, &path);
-                let batch = filter_record_batch(&batch, &keep).map_err(fault)?;
-                if batch.num_rows() > 0 {
-                    kept.push(batch);
-                }
-            }
-            work.remove(&path);
-            let kept_rows = kept.iter().map(RecordBatch::num_rows).sum();
-            self.add(work, &kept, kept_rows).await?;
+                    .collect()
+            })
+            .await?;
         }
         self.add(work, rows, count).await
+    }
+
+    /// The data file `path` rewritten with the rows `keep` says to keep (given each batch and
+    /// its rows' keys), its keys pointed at the new file.
+    async fn rewrite(
+        &mut self,
+        work: &mut Work,
+        path: &Arc<str>,
+        mut keep: impl FnMut(&RecordBatch, &[Vec<u8>]) -> BooleanArray,
+    ) -> Result<()> {
+        let batches = files::read(&self.log, path, &work.schema, None).await?;
+        let index = work.index.as_mut().expect("a merge builds the index first");
+        let mut kept = Vec::new();
+        for batch in batches {
+            let keys = index.codec.keys(&batch)?;
+            let mask = keep(&batch, &keys);
+            index.forget(&keys, path);
+            let batch =
+                filter_record_batch(&batch, &mask).map_err(|e| Error::new(ErrorKind::Fatal, format!("delta: {e}")))?;
+            if batch.num_rows() > 0 {
+                kept.push(batch);
+            }
+        }
+        work.remove(path);
+        let kept_rows = kept.iter().map(RecordBatch::num_rows).sum();
+        self.add(work, &kept, kept_rows).await
     }
 
     /// Which files hold each key: every file's key columns read once.

@@ -137,7 +137,7 @@ impl Dialect {
         keys: &[String],
         keep: &[String],
     ) -> Option<String> {
-        let values: Vec<&String> = columns.iter().filter(|c| !keys.contains(c) && !keep.contains(c)).collect();
+        let values = set_columns(columns, keys, keep);
         if values.is_empty() {
             return None;
         }
@@ -178,9 +178,8 @@ impl Dialect {
         keep: &[String],
     ) -> String {
         let list = self.list(columns);
-        let sets: Vec<String> = columns
-            .iter()
-            .filter(|c| !keys.contains(c) && !keep.contains(c))
+        let sets: Vec<String> = set_columns(columns, keys, keep)
+            .into_iter()
             .map(|c| format!("{q} = excluded.{q}", q = self.quote(c)))
             .collect();
         let action = if sets.is_empty() { "NOTHING".to_string() } else { format!("UPDATE SET {}", sets.join(", ")) };
@@ -264,6 +263,11 @@ impl Dialect {
             ),
         }
     }
+}
+
+/// The columns an update sets: neither a key nor one to keep.
+fn set_columns<'a>(columns: &'a [String], keys: &[String], keep: &[String]) -> Vec<&'a String> {
+    columns.iter().filter(|c| !keys.contains(c) && !keep.contains(c)).collect()
 }
 
 /// Column names of a schema, in order.
